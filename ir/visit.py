@@ -1,0 +1,45 @@
+"""Generic traversals: substitution, free variables, loads — pure functions over nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ir.expr import Expr, Load, Var
+from ir.node import Node, map_children, walk
+
+
+def post_order_rewrite(node: Node, fn: Callable[[Node], Node | None]) -> Node:
+    """Rewrite bottom-up: children first, then `fn(node)` (None keeps the node)."""
+
+    def visit(n: Node) -> Node:
+        n = map_children(n, visit)
+        out = fn(n)
+        return n if out is None else out
+
+    return visit(node)
+
+
+def substitute(node: Node, mapping: Mapping[Var, Expr]) -> Node:
+    """Replace variables by expressions everywhere in `node` (not inside binding sites)."""
+    if not mapping:
+        return node
+
+    def visit(n: Node) -> Node:
+        if isinstance(n, Var):
+            return mapping.get(n, n)
+        return map_children(n, visit)
+
+    return visit(node)
+
+
+def free_vars(node: Node) -> set[Var]:
+    """All variables mentioned in `node` (bound or not: names are unique per program)."""
+    return {n for n in walk(node) if isinstance(n, Var)}
+
+
+def loads(node: Node) -> list[Load]:
+    return [n for n in walk(node) if isinstance(n, Load)]
+
+
+def uses_var(node: Node, var: Var) -> bool:
+    return any(n == var for n in walk(node) if isinstance(n, Var))

@@ -1,0 +1,1 @@
+"""Measurement: timing protocol, verification, measurement processes."""

@@ -1,0 +1,165 @@
+"""The timing protocol: warm up, size a repeat, then time several repeats.
+
+One protocol serves every measurement in loomtune, so a kernel and its numpy
+baseline are timed the same way. A repeat is `number` back-to-back calls; its
+per-call mean is one sample. Several samples give a median that is robust to
+the occasional interruption (a context switch, a page fault).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+# Calibration grows `number` by at least this factor per step, so it needs few
+# steps even when a call is far faster than the timer's noise floor.
+_MIN_GROWTH = 2.0
+# ...and by at most this factor, so one noisy short run cannot make a repeat
+# last minutes.
+_MAX_GROWTH = 100.0
+# Aim a little above the target so the next repeat clears it despite jitter.
+_OVERSHOOT = 1.2
+# Upper bound on calls per repeat: a no-op callable must not loop forever.
+_MAX_NUMBER = 1 << 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasureConfig:
+    """How a callable is timed.
+
+    Attributes:
+        warmup: calls made before anything is timed (caches, page faults,
+            lazy initialisation); not counted.
+        number: calls per repeat. 0 sizes it automatically: the smallest
+            number found by doubling-style growth from 1 such that one repeat
+            lasts at least `min_repeat_ms`.
+        repeat: timed repeats; each yields one per-call time sample.
+        min_repeat_ms: minimum duration of one repeat in milliseconds, used
+            only when `number` is 0. Long enough that timer resolution and
+            call overhead are negligible.
+        flush_cache: reserved for later: flush the CPU caches (by writing a
+            buffer larger than the last-level cache) before each repeat, to
+            time cold-cache behaviour. Accepted but currently not applied.
+    """
+
+    warmup: int = 1
+    number: int = 0
+    repeat: int = 5
+    min_repeat_ms: float = 20.0
+    flush_cache: bool = False
+
+    def __post_init__(self) -> None:
+        # Reject bad values here so a typo fails at configuration time, not
+        # after minutes of tuning.
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if self.number < 0:
+            raise ValueError(f"number must be >= 0 (0 = automatic), got {self.number}")
+        if self.repeat < 1:
+            raise ValueError(f"repeat must be >= 1, got {self.repeat}")
+        if not self.min_repeat_ms >= 0:  # also rejects NaN
+            raise ValueError(f"min_repeat_ms must be >= 0, got {self.min_repeat_ms}")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The result of timing one callable.
+
+    Attributes:
+        times_ms: per-call mean time of each repeat, in milliseconds, in the
+            order the repeats ran.
+        number: calls per repeat that produced each sample.
+    """
+
+    times_ms: tuple[float, ...]
+    number: int
+
+    @property
+    def median_ms(self) -> float:
+        """Median per-call time in ms: the figure loomtune reports and ranks by."""
+        return statistics.median(self.times_ms)
+
+    @property
+    def min_ms(self) -> float:
+        """Fastest per-call time in ms: the least disturbed repeat."""
+        return min(self.times_ms)
+
+    @property
+    def mean_ms(self) -> float:
+        """Mean per-call time in ms."""
+        return statistics.fmean(self.times_ms)
+
+
+def _run_ns(fn: Callable[[], object], number: int) -> int:
+    """Call `fn` `number` times back to back; return the elapsed nanoseconds."""
+    start = time.perf_counter_ns()
+    for _ in range(number):
+        fn()
+    return time.perf_counter_ns() - start
+
+
+def _warm_up(fn: Callable[[], object], config: MeasureConfig) -> None:
+    for _ in range(config.warmup):
+        fn()
+
+
+def _calibrate(fn: Callable[[], object], config: MeasureConfig) -> int:
+    """Choose calls per repeat so that one repeat lasts >= min_repeat_ms.
+
+    Starts at 1 and grows by the ratio the last run says is needed, bounded to
+    [x2, x100] per step, until a measured run reaches the target. A fixed
+    `config.number` is returned as is.
+    """
+    if config.number > 0:
+        return config.number
+    target_ns = config.min_repeat_ms * 1e6
+    number = 1
+    while True:
+        elapsed_ns = _run_ns(fn, number)
+        if elapsed_ns >= target_ns or number >= _MAX_NUMBER:
+            return number
+        if elapsed_ns > 0:
+            growth = target_ns * _OVERSHOOT / elapsed_ns
+        else:
+            growth = _MAX_GROWTH
+        growth = min(max(growth, _MIN_GROWTH), _MAX_GROWTH)
+        number = min(math.ceil(number * growth), _MAX_NUMBER)
+
+
+def _sample_ms(fn: Callable[[], object], number: int) -> float:
+    """One repeat: per-call mean time in ms."""
+    return _run_ns(fn, number) / number / 1e6
+
+
+def time_callable(fn: Callable[[], object], config: MeasureConfig) -> Timing:
+    """Time `fn` with the loomtune protocol: warm-up, calibrate, repeats.
+
+    Total calls: warmup + calibration calls (none if `number` is fixed) +
+    number * repeat.
+    """
+    _warm_up(fn, config)
+    number = _calibrate(fn, config)
+    times = tuple(_sample_ms(fn, number) for _ in range(config.repeat))
+    return Timing(times_ms=times, number=number)
+
+
+def time_interleaved(fns: Sequence[Callable[[], object]], config: MeasureConfig) -> list[Timing]:
+    """Time several callables with their repeats interleaved.
+
+    Each callable is warmed up and calibrated on its own (each gets its own
+    `number`); then repeats alternate fn0, fn1, ..., fn0, fn1, ... so that a
+    slow phase of the machine (frequency scaling, a noisy neighbour) lands on
+    all of them alike. This is how a kernel is compared with numpy in one run.
+    """
+    numbers: list[int] = []
+    for fn in fns:
+        _warm_up(fn, config)
+        numbers.append(_calibrate(fn, config))
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(config.repeat):
+        for i, fn in enumerate(fns):
+            samples[i].append(_sample_ms(fn, numbers[i]))
+    return [Timing(times_ms=tuple(s), number=n) for s, n in zip(samples, numbers)]
