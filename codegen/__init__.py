@@ -1,0 +1,1 @@
+"""Lowered programs to native code through LLVM (llvmlite)."""

@@ -1,0 +1,418 @@
+"""LLVM IR text to native code: optimise, JIT (MCJIT) and export.
+
+This layer receives IR *text* and knows nothing of loomtune's own IR, so any
+producer of LLVM IR can use it. Compiling is separate from generating and
+cached by content (sha256 of the text, the canonical target and the options).
+
+Two target machines are made per module, on purpose: MCJIT wants the JIT
+code model (large on x86-64: JIT memory may land anywhere in the address
+space), while an object meant for a ``.so`` wants position-independent code
+with the small code model. Both have the same CPU and features, so the
+optimised IR is the same for both.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import hashlib
+import shutil
+import subprocess
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import llvmlite.binding as llvm
+
+from codegen.target import Target, host_cpu_disabled_features, host_cpu_name
+
+__all__ = [
+    "CACHE_SIZE",
+    "CompileError",
+    "CompiledModule",
+    "LinkError",
+    "LinkerNotFoundError",
+    "cache_clear",
+    "cache_size",
+    "compile_ir",
+    "create_target_machine",
+    "ensure_llvm",
+    "link_shared_library",
+    "optimize",
+    "undefined_symbols",
+    "write_assembly",
+    "write_llvm_ir",
+    "write_object",
+]
+
+CACHE_SIZE = 256
+"""Compiled modules kept by :func:`compile_ir` (least recently used dropped)."""
+
+# llvmlite calls release the GIL and share LLVM's global context, which is not
+# thread-safe: every parse, pass run, JIT and emit holds this lock.
+_LLVM_LOCK = threading.RLock()
+
+
+class CompileError(Exception):
+    """LLVM rejected the IR (parse or verify) or it calls an unknown symbol.
+
+    The first line of the message is a one-line summary; LLVM's own message
+    follows.
+    """
+
+
+class LinkError(RuntimeError):
+    """The system linker failed; the message carries its output."""
+
+
+class LinkerNotFoundError(LinkError):
+    """No C compiler driver (``cc``) on PATH to link a shared library."""
+
+
+# ---------------------------------------------------------------------------
+# LLVM start-up
+
+
+@functools.cache
+def ensure_llvm() -> None:
+    """Initialise the native target once and make libc/libm/libpthread visible.
+
+    ``llvm.initialize()`` raises in llvmlite >= 0.45 (the core initialises
+    itself); only the native target and asm printer are still needed.
+
+    MCJIT finds libc/libm functions through the process anyway, but
+    ``llvm.address_of_symbol`` (used here to refuse calls that cannot be
+    resolved, which would otherwise jump to address 0) only searches libraries
+    loaded through LLVM, so they are loaded permanently.
+    """
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    for symbol, library in (("expf", "m"), ("pthread_create", "pthread"), ("malloc", "c")):
+        if llvm.address_of_symbol(symbol):
+            continue
+        path = ctypes.util.find_library(library)
+        if path is not None:
+            llvm.load_library_permanently(path)
+
+
+# ---------------------------------------------------------------------------
+# Target machines and the optimisation pipeline
+
+
+def _feature_string(target: Target) -> str:
+    """Features for ``create_target_machine``: the enabled ones, and on the host
+    CPU also the host's disabled ones.
+
+    A CPU name implies features; a virtual machine can hide some of them
+    (AVX-512 on a Skylake-SP guest), so on the host's CPU name the features the
+    host lacks are switched off explicitly.
+    """
+    features = list(target.features)
+    if target.cpu == host_cpu_name():
+        enabled = {feature[1:] for feature in target.features}
+        features += [f for f in host_cpu_disabled_features() if f[1:] not in enabled]
+    return ",".join(features)
+
+
+def create_target_machine(target: Target, *, jit: bool = False) -> llvm.TargetMachine:
+    """A target machine for ``target``'s CPU and features at O3.
+
+    ``jit=False`` (export): PIC relocations and the default (small) code
+    model, as a ``.so`` needs. ``jit=True``: what MCJIT wants (the JIT code
+    model, default relocations).
+    """
+    ensure_llvm()
+    llvm_target = llvm.Target.from_triple(llvm.get_process_triple())
+    if jit:
+        return llvm_target.create_target_machine(
+            cpu=target.cpu,
+            features=_feature_string(target),
+            opt=3,
+            reloc="default",
+            codemodel="jitdefault",
+            jit=True,
+        )
+    return llvm_target.create_target_machine(
+        cpu=target.cpu,
+        features=_feature_string(target),
+        opt=3,
+        reloc="pic",
+        codemodel="default",
+    )
+
+
+def optimize(
+    module_ref: llvm.ModuleRef,
+    target_machine: llvm.TargetMachine,
+    opt_level: int = 3,
+    loop_vectorize: bool = True,
+    slp_vectorize: bool = True,
+) -> None:
+    """Run LLVM's default per-module pipeline (new pass manager) in place.
+
+    The target machine gives the passes the CPU's costs (vector width, FMA),
+    so it must describe the machine the code is for. Turning the vectorizers
+    off lets a test see the schedule's own vectorization.
+    """
+    if not 0 <= opt_level <= 3:
+        raise ValueError(f"opt_level must be 0..3, got {opt_level}")
+    tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    tuning.loop_vectorization = loop_vectorize
+    tuning.slp_vectorization = slp_vectorize
+    # Interleaving is part of the loop vectorizer; off with it.
+    tuning.loop_interleaving = loop_vectorize
+    with _LLVM_LOCK:
+        builder = llvm.create_pass_builder(target_machine, tuning)
+        passes = builder.getModulePassManager()
+        passes.run(module_ref, builder)
+
+
+# ---------------------------------------------------------------------------
+# Parsing
+
+
+def _summary(message: str) -> str:
+    """The first informative line of an LLVM error message."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    # parse_assembly's message starts with a generic "LLVM IR parsing error".
+    for line in lines:
+        if "error" in line.lower() and line.lower() != "llvm ir parsing error":
+            return line
+    return lines[0] if lines else "unknown LLVM error"
+
+
+def _parse(ir_text: str, *, verify: bool = True) -> llvm.ModuleRef:
+    """Parse (and verify) IR text; LLVM's complaints become CompileError."""
+    ensure_llvm()
+    with _LLVM_LOCK:
+        try:
+            module = llvm.parse_assembly(ir_text)
+        except RuntimeError as exc:
+            raise CompileError(f"invalid LLVM IR: {_summary(str(exc))}\n{exc}") from None
+        if verify:
+            try:
+                module.verify()
+            except RuntimeError as exc:
+                raise CompileError(
+                    f"LLVM IR does not verify: {_summary(str(exc))}\n{exc}"
+                ) from None
+    return module
+
+
+def _undeclared(module: llvm.ModuleRef) -> set[str]:
+    return {
+        fn.name for fn in module.functions if fn.is_declaration and not fn.name.startswith("llvm.")
+    }
+
+
+def undefined_symbols(ir_text: str) -> set[str]:
+    """Functions the module declares but does not define, intrinsics excluded.
+
+    What a compiled kernel needs from the outside world (libc, libm,
+    libpthread and nothing else, by design).
+    """
+    module = _parse(ir_text, verify=False)
+    with _LLVM_LOCK:
+        return _undeclared(module)
+
+
+# ---------------------------------------------------------------------------
+# Compiled modules
+
+
+@dataclass(frozen=True)
+class _Options:
+    opt_level: int = 3
+    loop_vectorize: bool = True
+    slp_vectorize: bool = True
+
+
+class CompiledModule:
+    """IR text compiled for a target: JIT-ed functions plus export artefacts.
+
+    Keeps the execution engine (and so the machine code) alive as long as the
+    object lives; addresses from :meth:`address` are valid only that long.
+    """
+
+    def __init__(
+        self,
+        ir_text: str,
+        target: Target,
+        *,
+        opt_level: int = 3,
+        loop_vectorize: bool = True,
+        slp_vectorize: bool = True,
+    ) -> None:
+        self.ir_text = ir_text
+        self.target = target
+        self.options = _Options(opt_level, loop_vectorize, slp_vectorize)
+
+        # 1. parse and verify; refuse calls nothing could resolve
+        module = _parse(ir_text)
+        with _LLVM_LOCK:
+            unresolved = sorted(
+                name for name in _undeclared(module) if not llvm.address_of_symbol(name)
+            )
+            if unresolved:
+                raise CompileError(
+                    f"unresolved external symbol(s): {', '.join(unresolved)}\n"
+                    "kernels may call only libc, libm and libpthread"
+                )
+            self.defined_functions: frozenset[str] = frozenset(
+                fn.name for fn in module.functions if not fn.is_declaration
+            )
+
+            # 2. optimise for the target (triple and data layout set first:
+            #    the passes read type sizes and vector costs from them)
+            self._export_machine = create_target_machine(target)
+            module.triple = llvm.get_process_triple()
+            module.data_layout = str(self._export_machine.target_data)
+            optimize(module, self._export_machine, opt_level, loop_vectorize, slp_vectorize)
+            # Kept as text before MCJIT's code generator touches the module
+            # (codegen-prepare rewrites IR); exports re-parse it.
+            self.optimized_ir: str = str(module)
+
+            # 3. JIT; the engine owns the module and its target machine now
+            self._engine = llvm.create_mcjit_compiler(
+                module, create_target_machine(target, jit=True)
+            )
+            self._engine.finalize_object()
+            self._engine.run_static_constructors()
+
+        self._assembly: str | None = None
+        self._object: bytes | None = None
+
+    def address(self, symbol: str) -> int:
+        """The address of the defined function ``symbol``; KeyError if none."""
+        if symbol not in self.defined_functions:
+            raise KeyError(f"no function {symbol!r} defined in this module")
+        with _LLVM_LOCK:
+            address = int(self._engine.get_function_address(symbol))
+        if not address:
+            raise KeyError(f"function {symbol!r} has no address after JIT")
+        return address
+
+    def _export_module(self) -> llvm.ModuleRef:
+        return _parse(self.optimized_ir, verify=False)
+
+    def assembly(self) -> str:
+        """Target assembly (AT&T syntax on x86) of the optimised module."""
+        if self._assembly is None:
+            module = self._export_module()
+            with _LLVM_LOCK:
+                self._assembly = str(self._export_machine.emit_assembly(module))
+        return self._assembly
+
+    def object_code(self) -> bytes:
+        """A relocatable, position-independent object file (ELF on Linux)."""
+        if self._object is None:
+            module = self._export_module()
+            with _LLVM_LOCK:
+                self._object = bytes(self._export_machine.emit_object(module))
+        return self._object
+
+    def __repr__(self) -> str:
+        names = ", ".join(sorted(self.defined_functions))
+        return f"CompiledModule([{names}], target={self.target.canonical()!r})"
+
+
+_CACHE: OrderedDict[tuple[str, str, _Options], CompiledModule] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def compile_ir(
+    ir_text: str,
+    target: Target,
+    *,
+    opt_level: int = 3,
+    loop_vectorize: bool = True,
+    slp_vectorize: bool = True,
+) -> CompiledModule:
+    """Compile IR text for ``target``, reusing an earlier result for equal input.
+
+    The key is the sha256 of the text, the canonical target string and the
+    options; the :data:`CACHE_SIZE` most recently used modules are kept.
+    Failures are not cached.
+    """
+    options = _Options(opt_level, loop_vectorize, slp_vectorize)
+    key = (hashlib.sha256(ir_text.encode()).hexdigest(), target.canonical(), options)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit
+    compiled = CompiledModule(
+        ir_text,
+        target,
+        opt_level=opt_level,
+        loop_vectorize=loop_vectorize,
+        slp_vectorize=slp_vectorize,
+    )
+    with _CACHE_LOCK:
+        # Another thread may have compiled the same text meanwhile: keep one.
+        compiled = _CACHE.setdefault(key, compiled)
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return compiled
+
+
+def cache_clear() -> None:
+    """Forget every cached module (their code lives on while referenced)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def cache_size() -> int:
+    """How many modules the compile cache holds."""
+    with _CACHE_LOCK:
+        return len(_CACHE)
+
+
+# ---------------------------------------------------------------------------
+# Export
+
+
+def write_object(module: CompiledModule, path: str | Path) -> Path:
+    """Write ``module``'s PIC object file to ``path``."""
+    path = Path(path)
+    path.write_bytes(module.object_code())
+    return path
+
+
+def write_assembly(module: CompiledModule, path: str | Path) -> Path:
+    """Write ``module``'s assembly to ``path``."""
+    path = Path(path)
+    path.write_text(module.assembly())
+    return path
+
+
+def write_llvm_ir(module: CompiledModule, path: str | Path, *, optimized: bool = True) -> Path:
+    """Write the optimised IR (or, ``optimized=False``, the input text) to ``path``."""
+    path = Path(path)
+    path.write_text(module.optimized_ir if optimized else module.ir_text)
+    return path
+
+
+def link_shared_library(obj_path: str | Path, so_path: str | Path, *, cc: str = "cc") -> Path:
+    """Link an object file into a shared library with the system C compiler.
+
+    Only ``-lm -lpthread`` (and libc) are linked: a kernel needs nothing else.
+    """
+    driver = shutil.which(cc)
+    if driver is None:
+        raise LinkerNotFoundError(
+            f"no C compiler '{cc}' on PATH: cannot link {so_path} "
+            "(install one, or export an object file instead)"
+        )
+    so_path = Path(so_path)
+    command = [driver, "-shared", "-o", str(so_path), str(obj_path), "-lm", "-lpthread"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        output = (done.stderr or done.stdout).strip()
+        raise LinkError(
+            f"linking {so_path} failed (exit {done.returncode}): "
+            f"{output.splitlines()[0] if output else 'no output'}\n{output}"
+        )
+    return so_path

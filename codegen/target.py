@@ -1,0 +1,208 @@
+"""The CPU a program is compiled for, as a record and as a canonical string.
+
+A target string is ``host`` or ``llvm -mcpu=<cpu> -mattr=<+f1,+f2,...>
+-num-threads=<N>`` (flags in any order; ``-mattr`` and ``-num-threads``
+optional). The canonical form lists only the enabled features, sorted, so two
+spellings of one machine give one string: records are keyed by it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, replace
+
+import llvmlite.binding as llvm
+
+__all__ = [
+    "Target",
+    "TargetError",
+    "host_cpu_disabled_features",
+    "host_cpu_features",
+    "host_cpu_name",
+    "llvm_version",
+]
+
+
+class TargetError(ValueError):
+    """A target string or record that cannot describe a machine."""
+
+
+@functools.cache
+def host_cpu_name() -> str:
+    """LLVM's name for this machine's CPU (``znver3``, ``skylake-avx512``, ...)."""
+    return str(llvm.get_host_cpu_name())
+
+
+@functools.cache
+def _host_feature_map() -> dict[str, bool]:
+    # Host detection reads CPUID once; the answer cannot change in a process.
+    return dict(llvm.get_host_cpu_features())
+
+
+def host_cpu_features() -> tuple[str, ...]:
+    """The features this CPU has enabled, sorted, each as ``+name``."""
+    return tuple(sorted(f"+{name}" for name, on in _host_feature_map().items() if on))
+
+
+def host_cpu_disabled_features() -> tuple[str, ...]:
+    """Features LLVM knows but this CPU lacks (``-name``), sorted.
+
+    Needed because a CPU name implies features a hypervisor may hide; see
+    :func:`codegen.jit.create_target_machine`.
+    """
+    return tuple(sorted(f"-{name}" for name, on in _host_feature_map().items() if not on))
+
+
+def llvm_version() -> str:
+    """The version of the LLVM llvmlite was built with, e.g. ``22.1.0``."""
+    return ".".join(str(part) for part in llvm.llvm_version_info)
+
+
+# An LLVM CPU or feature name: letters, digits and a few separators.
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def _normalise_features(features: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Sorted, de-duplicated ``+name`` entries; anything else is an error."""
+    out: set[str] = set()
+    for feature in features:
+        if not isinstance(feature, str) or not feature.startswith("+"):
+            raise TargetError(f"feature {feature!r} must be written +name")
+        if not _NAME.match(feature[1:]):
+            raise TargetError(f"bad feature name {feature!r}")
+        out.add(feature)
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class Target:
+    """A CPU (LLVM name), its enabled features (``+name``) and a thread count.
+
+    Equality is structural: features are sorted and de-duplicated on
+    construction, so equal machines compare equal however they were spelled.
+    """
+
+    cpu: str
+    features: tuple[str, ...] = ()
+    num_threads: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cpu, str) or not self.cpu or not _NAME.match(self.cpu):
+            raise TargetError(f"bad -mcpu value {self.cpu!r}")
+        # bool is an int; a thread count of True is a bug, not 1.
+        if (
+            not isinstance(self.num_threads, int)
+            or isinstance(self.num_threads, bool)
+            or self.num_threads < 1
+        ):
+            raise TargetError(f"-num-threads must be a positive integer, got {self.num_threads!r}")
+        object.__setattr__(self, "features", _normalise_features(tuple(self.features)))
+
+    @classmethod
+    def host(cls, num_threads: int = 1) -> Target:
+        """This machine, as LLVM detects it."""
+        return cls(host_cpu_name(), host_cpu_features(), num_threads)
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        """Read ``host`` or ``llvm -mcpu=... [-mattr=...] [-num-threads=N]``.
+
+        ``host`` may be followed by ``-num-threads=N`` only. In ``-mattr``,
+        ``-name`` entries are accepted and dropped: a target is the set of
+        features it has.
+        """
+        if not isinstance(text, str):
+            raise TargetError(f"a target must be a string, got {type(text).__name__}")
+        words = text.split()
+        if not words:
+            raise TargetError("empty target string (expected 'host' or 'llvm -mcpu=...')")
+        kind, flags = words[0], words[1:]
+        if kind not in ("host", "llvm"):
+            raise TargetError(f"target must start with 'host' or 'llvm', got {kind!r}")
+
+        values: dict[str, str] = {}
+        allowed = ("-num-threads",) if kind == "host" else ("-mcpu", "-mattr", "-num-threads")
+        for flag in flags:
+            name, eq, value = flag.partition("=")
+            if name not in allowed:
+                if kind == "host" and name in ("-mcpu", "-mattr"):
+                    raise TargetError(
+                        f"'host' takes its CPU from this machine: {flag!r} not allowed"
+                    )
+                raise TargetError(f"unknown target flag {flag!r}")
+            if not eq or not value:
+                raise TargetError(f"target flag {name} needs a value ({name}=...)")
+            if name in values:
+                raise TargetError(f"target flag {name} given twice")
+            values[name] = value
+
+        threads = _parse_threads(values.get("-num-threads", "1"))
+        if kind == "host":
+            return cls.host(threads)
+        if "-mcpu" not in values:
+            raise TargetError(f"missing -mcpu=<cpu> in target {text.strip()!r}")
+        features = _parse_mattr(values["-mattr"]) if "-mattr" in values else ()
+        return cls(values["-mcpu"], features, threads)
+
+    def canonical(self) -> str:
+        """``llvm -mcpu=C [-mattr=+a,+b] -num-threads=N``; parses back to ``self``."""
+        parts = ["llvm", f"-mcpu={self.cpu}"]
+        if self.features:
+            parts.append("-mattr=" + ",".join(self.features))
+        parts.append(f"-num-threads={self.num_threads}")
+        return " ".join(parts)
+
+    def __str__(self) -> str:
+        return self.canonical()
+
+    def has_feature(self, name: str) -> bool:
+        """Whether ``name`` (``avx2`` or ``+avx2``) is enabled."""
+        return ("+" + name.removeprefix("+")) in self.features
+
+    def with_threads(self, num_threads: int) -> Target:
+        """The same CPU with another thread count."""
+        return replace(self, num_threads=num_threads)
+
+    @property
+    def is_host(self) -> bool:
+        """Whether this names this machine's CPU with exactly its features."""
+        return self.cpu == host_cpu_name() and self.features == host_cpu_features()
+
+    @property
+    def vector_bits(self) -> int:
+        """Width of the widest float vector register in bits (512, 256 or 128).
+
+        Read from the listed features only: a target written without
+        ``-mattr`` counts as 128 whatever its CPU.
+        """
+        if self.has_feature("avx512f"):
+            return 512
+        if self.has_feature("avx") or self.has_feature("avx2"):
+            return 256
+        return 128
+
+
+def _parse_threads(value: str) -> int:
+    try:
+        threads = int(value, 10)
+    except ValueError:
+        raise TargetError(f"-num-threads must be a positive integer, got {value!r}") from None
+    if threads < 1:
+        raise TargetError(f"-num-threads must be a positive integer, got {value!r}")
+    return threads
+
+
+def _parse_mattr(value: str) -> tuple[str, ...]:
+    enabled: list[str] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            raise TargetError(f"empty entry in -mattr={value}")
+        if item[0] not in "+-":
+            raise TargetError(f"-mattr entry {item!r} must start with + or -")
+        if not _NAME.match(item[1:]):
+            raise TargetError(f"bad feature name {item!r} in -mattr")
+        if item[0] == "+":
+            enabled.append(item)
+    return tuple(enabled)

@@ -1,0 +1,161 @@
+"""An independent numpy evaluator of the compute DSL: the reference of custom workloads.
+
+It evaluates each compute over index grids with numpy broadcasting, never through
+the loop-nest program or the compiled kernel, so it checks them rather than
+repeating them. A load is only required to be in bounds where its value is used:
+`select(cond, X[i - 1], 0.0)` is fine at i = 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ir import dtype as dt
+from ir.compute import Tensor, Workload
+from ir.errors import IRError, UnboundShapeError
+from ir.expr import Binary, Call, Cast, Const, Expr, IterVar, Load, Reduce, Select, Var, render
+
+_CHUNK_ELEMENTS = 1 << 22
+
+_NP_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "floordiv": np.floor_divide,
+    "floormod": np.mod,
+    "max": np.maximum,
+    "min": np.minimum,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "and": np.logical_and,
+    "or": np.logical_or,
+}
+_NP_CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh}
+
+
+def evaluate(
+    workload: Workload, inputs: Sequence[np.ndarray], sizes: Mapping[str, int] | None = None
+) -> list[np.ndarray]:
+    """Outputs of `workload` for `inputs` (in the workload's input order)."""
+    sizes = dict(sizes or {})
+    if len(inputs) != len(workload.inputs):
+        raise IRError(f"{workload.name}: {len(workload.inputs)} inputs expected, got {len(inputs)}")
+    values: dict[str, np.ndarray] = {}
+    for t, arr in zip(workload.inputs, inputs):
+        shape = tuple(_int(s, sizes) for s in t.shape)
+        if tuple(arr.shape) != shape:
+            raise IRError(f"input {t.name}: shape {arr.shape}, expected {shape}")
+        values[t.name] = np.asarray(arr, dtype=dt.to_numpy(t.dtype))
+    for t in workload.computes():
+        values[t.name] = _compute(t, values, sizes)
+    return [values[t.name] for t in workload.outputs]
+
+
+def _int(e: Expr, sizes: Mapping[str, int]) -> int:
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Var):
+        if e.name not in sizes:
+            raise UnboundShapeError(f"size {e.name} is not bound to an integer")
+        return int(sizes[e.name])
+    if isinstance(e, Binary):
+        a, b = _int(e.a, sizes), _int(e.b, sizes)
+        ops = {"add": a + b, "sub": a - b, "mul": a * b, "max": max(a, b), "min": min(a, b)}
+        if e.op in ("floordiv", "floormod"):
+            return a // b if e.op == "floordiv" else a % b
+        if e.op in ops:
+            return ops[e.op]
+    raise IRError(f"extent {render(e)} is not an integer expression of sizes")
+
+
+def _compute(t: Tensor, values: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> np.ndarray:
+    assert t.op is not None
+    body = t.op.body
+    spatial: list[IterVar] = list(t.op.axes)
+    reduce_axes: list[IterVar] = list(body.axes) if isinstance(body, Reduce) else []
+    source = body.source if isinstance(body, Reduce) else body
+    sshape = [_int(a.extent, sizes) for a in spatial]
+    rshape = [_int(a.extent, sizes) for a in reduce_axes]
+    out = np.empty(sshape, dtype=dt.to_numpy(t.dtype))
+    per_row = int(np.prod(sshape[1:] + rshape, dtype=np.int64)) if sshape else 1
+    rows = sshape[0] if sshape else 1
+    step = max(1, _CHUNK_ELEMENTS // max(per_row, 1))
+    for start in range(0, rows, step):
+        stop = min(rows, start + step)
+        grid = sshape[:] if sshape else []
+        if grid:
+            grid[0] = stop - start
+        full = grid + rshape
+        env: dict[Var, np.ndarray] = {}
+        for d, axis in enumerate(spatial + reduce_axes):
+            n = full[d]
+            base = np.arange(n, dtype=np.int64) + (start if d == 0 and spatial else 0)
+            shape = [1] * len(full)
+            shape[d] = n
+            env[axis.var] = base.reshape(shape)
+        mask = np.ones(full, dtype=bool)
+        val = np.broadcast_to(_eval(source, env, values, mask), full)
+        if isinstance(body, Reduce):
+            axes = tuple(range(len(grid), len(full)))
+            reducer = {"sum": np.sum, "max": np.max, "min": np.min}[body.combiner]
+            kwargs = {"dtype": val.dtype} if body.combiner == "sum" else {}
+            val = reducer(val, axis=axes, **kwargs)
+        if sshape:
+            out[start:stop] = val
+        else:
+            out[...] = val
+    return out
+
+
+def _eval(
+    e: Expr, env: Mapping[Var, np.ndarray], values: Mapping[str, np.ndarray], mask: np.ndarray
+) -> np.ndarray:
+    if isinstance(e, Var):
+        if e not in env:
+            raise IRError(f"variable {e.name} is not an axis of this compute")
+        return env[e]
+    if isinstance(e, Const):
+        return np.asarray(e.value, dtype=dt.to_numpy(e.dtype))
+    if isinstance(e, Binary):
+        a = _eval(e.a, env, values, mask)
+        b = _eval(e.b, env, values, mask)
+        with np.errstate(all="ignore"):
+            if e.op in ("floordiv", "floormod"):
+                b = np.where(np.broadcast_to(mask, np.broadcast(a, b, mask).shape), b, 1)
+            r = _NP_BINARY[e.op](a, b)
+        return r.astype(dt.to_numpy(e.dtype), copy=False)
+    if isinstance(e, Call):
+        with np.errstate(all="ignore"):
+            return _NP_CALL[e.fn](_eval(e.args[0], env, values, mask))
+    if isinstance(e, Cast):
+        v = _eval(e.value, env, values, mask)
+        with np.errstate(all="ignore"):
+            return v.astype(dt.to_numpy(e.dtype))
+    if isinstance(e, Select):
+        c = np.broadcast_to(_eval(e.cond, env, values, mask), mask.shape)
+        t = _eval(e.true_value, env, values, mask & c)
+        f = _eval(e.false_value, env, values, mask & ~c)
+        return np.where(c, t, f)
+    if isinstance(e, Load):
+        arr = values[e.buffer.name]
+        idx = []
+        for d, ix in enumerate(e.indices):
+            i = np.broadcast_to(_eval(ix, env, values, mask), mask.shape)
+            bad = mask & ((i < 0) | (i >= arr.shape[d]))
+            if bad.any():
+                raise IRError(
+                    f"{e.buffer.name}[{', '.join(render(x) for x in e.indices)}] reads out of "
+                    f"bounds in dimension {d} (extent {arr.shape[d]})"
+                )
+            idx.append(np.clip(i, 0, arr.shape[d] - 1))
+        return arr[tuple(idx)]
+    if isinstance(e, Reduce):
+        raise IRError("a reduction must be the whole body of a compute")
+    raise IRError(f"cannot evaluate {type(e).__name__}")

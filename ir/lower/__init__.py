@@ -1,0 +1,37 @@
+"""Lowering: the scheduled block program -> plain loops over flat buffers.
+
+The pipeline, in order (each pass is IR -> IR, in a file of its own):
+  1. guards          block predicates of imperfect splits become `if`s
+  2. reduction_init  reduction inits run on the first reduction iteration
+  3. blocks_to_loops iteration variables replaced by their bindings
+  4. flatten         n-d buffer accesses become row-major offsets
+  5. simplify        constant folding, linear index forms, range-aware rules
+Codegen compiles the result, and the tuner's features read the same program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ir.build import check_bound
+from ir.lower.blocks_to_loops import blocks_to_loops
+from ir.lower.flatten import flatten
+from ir.lower.guards import insert_guards
+from ir.lower.reduction_init import lower_reduction_init
+from ir.lower.simplify import simplify
+from ir.program import Program
+
+PASSES: tuple[Callable[[Program], Program], ...] = (
+    insert_guards,
+    lower_reduction_init,
+    blocks_to_loops,
+    flatten,
+    simplify,
+)
+
+
+def lower(program: Program) -> Program:
+    check_bound(program)
+    for p in PASSES:
+        program = p(program)
+    return program
