@@ -33,6 +33,19 @@ from ir.expr import (
     as_index,
     render,
 )
+from ir.expr import (  # re-exported: the DSL's element-wise vocabulary  # noqa: F401
+    cast,
+    eq,
+    exp,
+    log,
+    logical_and,
+    maximum,
+    minimum,
+    ne,
+    select,
+    sqrt,
+    tanh,
+)
 from ir.node import Node, walk
 
 REDUCERS = ("sum", "max", "min")
