@@ -26,6 +26,7 @@ from pathlib import Path
 import llvmlite.binding as llvm
 
 from codegen.target import Target, host_cpu_disabled_features, host_cpu_name
+from ir.errors import LoomtuneError
 
 __all__ = [
     "CACHE_SIZE",
@@ -54,7 +55,7 @@ CACHE_SIZE = 256
 _LLVM_LOCK = threading.RLock()
 
 
-class CompileError(Exception):
+class CompileError(LoomtuneError):
     """LLVM rejected the IR (parse or verify) or it calls an unknown symbol.
 
     The first line of the message is a one-line summary; LLVM's own message

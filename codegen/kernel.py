@@ -77,7 +77,7 @@ class Kernel:
         if rc != 0:
             raise KernelRuntimeError(f"kernel {self.symbol} failed with code {rc} (out of memory?)")
 
-    def bind_call(self, *arrays: np.ndarray):  # noqa: ANN201
+    def bind_call(self, *arrays: np.ndarray):
         """A zero-argument callable with the arguments checked once (for timing loops)."""
         ptrs = self.check(arrays)
         fn = self._fn

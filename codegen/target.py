@@ -14,6 +14,8 @@ from dataclasses import dataclass, replace
 
 import llvmlite.binding as llvm
 
+from ir.errors import LoomtuneError
+
 __all__ = [
     "Target",
     "TargetError",
@@ -24,7 +26,7 @@ __all__ = [
 ]
 
 
-class TargetError(ValueError):
+class TargetError(LoomtuneError, ValueError):
     """A target string or record that cannot describe a machine."""
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ir import dtype as dt
 from ir.errors import IRError
-from ir.expr import (
+from ir.expr import (  # re-exported: the DSL's element-wise vocabulary  # noqa: F401
     Buffer,
     Const,
     Expr,
@@ -31,9 +31,6 @@ from ir.expr import (
     Var,
     as_expr,
     as_index,
-    render,
-)
-from ir.expr import (  # re-exported: the DSL's element-wise vocabulary  # noqa: F401
     cast,
     eq,
     exp,
@@ -42,6 +39,7 @@ from ir.expr import (  # re-exported: the DSL's element-wise vocabulary  # noqa:
     maximum,
     minimum,
     ne,
+    render,
     select,
     sqrt,
     tanh,
@@ -138,15 +136,15 @@ def _reduce(combiner: str, source: ExprLike, axis: IterVar | Sequence[IterVar]) 
     return Reduce(combiner, as_expr(source), axes)
 
 
-def sum(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:  # noqa: A001
+def sum(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:
     return _reduce("sum", source, axis)
 
 
-def max(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:  # noqa: A001
+def max(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:
     return _reduce("max", source, axis)
 
 
-def min(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:  # noqa: A001
+def min(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:
     return _reduce("min", source, axis)
 
 

@@ -239,7 +239,7 @@ class Reduce(Expr):
         return self.source.dtype
 
 
-def _delegate(name: str):  # noqa: ANN202
+def _delegate(name: str):
     def method(self: IterVar, *args: ExprLike) -> Expr:
         return getattr(self.var, name)(*args)
 

@@ -73,16 +73,14 @@ def _pad_hw(X: Tensor, pad: int, h_dim: int) -> Tensor:
     return te.compute(tuple(padded), body, "pad", axis_names=names)
 
 
-def _pad_np(x: np.ndarray, pad: int, h_dim: int, value: float = 0.0) -> np.ndarray:
+def pad_np(x: np.ndarray, pad: int, h_dim: int, value: float = 0.0) -> np.ndarray:
     widths = [(0, 0)] * x.ndim
     widths[h_dim] = (pad, pad)
     widths[h_dim + 1] = (pad, pad)
     return np.pad(x, widths, constant_values=value) if pad else x
 
 
-def windows(
-    x: np.ndarray, kh: int, kw: int, stride: int, dilation: int, h_dim: int
-) -> np.ndarray:
+def windows(x: np.ndarray, kh: int, kw: int, stride: int, dilation: int, h_dim: int) -> np.ndarray:
     """Strided view (..., ho, wo, ..., kh, kw) of the (already padded) input's windows."""
     span_h, span_w = dilation * (kh - 1) + 1, dilation * (kw - 1) + 1
     v = sliding_window_view(x, (span_h, span_w), axis=(h_dim, h_dim + 1))
@@ -131,7 +129,12 @@ def build_conv2d_nhwc(
     Y = te.compute(
         (n, ho, wo, co),
         lambda b, i, j, o: te.sum(
-            P[b, scaled(i, stride) + scaled(rh, dilation), scaled(j, stride) + scaled(rw, dilation), rc]
+            P[
+                b,
+                scaled(i, stride) + scaled(rh, dilation),
+                scaled(j, stride) + scaled(rw, dilation),
+                rc,
+            ]
             * W[rh, rw, rc, o],
             axis=[rh, rw, rc],
         ),
@@ -140,10 +143,8 @@ def build_conv2d_nhwc(
     return Workload("conv2d_nhwc", (X, W), (Y,))
 
 
-def ref_conv2d_nhwc(
-    p: Mapping[str, int], X: np.ndarray, W: np.ndarray
-) -> tuple[np.ndarray, ...]:
-    win = windows(_pad_np(X, p["pad"], 1), p["kh"], p["kw"], p["stride"], p["dilation"], 1)
+def ref_conv2d_nhwc(p: Mapping[str, int], X: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, ...]:
+    win = windows(pad_np(X, p["pad"], 1), p["kh"], p["kw"], p["stride"], p["dilation"], 1)
     # win: (n, ho, wo, ci, kh, kw); W: (kh, kw, ci, co)
     return (np.tensordot(win, W, axes=([3, 4, 5], [2, 0, 1])),)
 
@@ -184,7 +185,12 @@ def build_conv2d_nchw(
     Y = te.compute(
         (n, co, ho, wo),
         lambda b, o, i, j: te.sum(
-            P[b, rc, scaled(i, stride) + scaled(rh, dilation), scaled(j, stride) + scaled(rw, dilation)]
+            P[
+                b,
+                rc,
+                scaled(i, stride) + scaled(rh, dilation),
+                scaled(j, stride) + scaled(rw, dilation),
+            ]
             * W[o, rc, rh, rw],
             axis=[rc, rh, rw],
         ),
@@ -193,10 +199,8 @@ def build_conv2d_nchw(
     return Workload("conv2d_nchw", (X, W), (Y,))
 
 
-def ref_conv2d_nchw(
-    p: Mapping[str, int], X: np.ndarray, W: np.ndarray
-) -> tuple[np.ndarray, ...]:
-    win = windows(_pad_np(X, p["pad"], 2), p["kh"], p["kw"], p["stride"], p["dilation"], 2)
+def ref_conv2d_nchw(p: Mapping[str, int], X: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, ...]:
+    win = windows(pad_np(X, p["pad"], 2), p["kh"], p["kw"], p["stride"], p["dilation"], 2)
     # win: (n, ci, ho, wo, kh, kw); W: (co, ci, kh, kw) -> (n, ho, wo, co) -> NCHW
     out = np.tensordot(win, W, axes=([1, 4, 5], [1, 2, 3]))
     return (np.ascontiguousarray(out.transpose(0, 3, 1, 2)),)
@@ -249,7 +253,7 @@ def build_depthwise_conv2d_nhwc(
 def ref_depthwise_conv2d_nhwc(
     p: Mapping[str, int], X: np.ndarray, W: np.ndarray
 ) -> tuple[np.ndarray, ...]:
-    win = windows(_pad_np(X, p["pad"], 1), p["kh"], p["kw"], p["stride"], 1, 1)
+    win = windows(pad_np(X, p["pad"], 1), p["kh"], p["kw"], p["stride"], 1, 1)
     # win: (n, ho, wo, c, kh, kw); W: (kh, kw, c)
     return (np.einsum("nhwcij,ijc->nhwc", win, W),)
 

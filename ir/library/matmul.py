@@ -40,8 +40,7 @@ MATMUL = OpDef(
         Param("k", 128, doc="the reduction length"),
     ),
     doc=(
-        "C[m,n] = A[m,k]·B[k,n]. Inputs: A[m,k] float32, B[k,n] float32. "
-        "Outputs: C[m,n] float32."
+        "C[m,n] = A[m,k]·B[k,n]. Inputs: A[m,k] float32, B[k,n] float32. Outputs: C[m,n] float32."
     ),
     build=build_matmul,
     reference=ref_matmul,
@@ -57,9 +56,7 @@ def build_batch_matmul(b: int, m: int, n: int, k: int) -> Workload:
     A = te.placeholder((b, m, k), "float32", "A")
     B = te.placeholder((b, k, n), "float32", "B")
     r = te.reduce_axis(k, "r")
-    C = te.compute(
-        (b, m, n), lambda bb, i, j: te.sum(A[bb, i, r] * B[bb, r, j], axis=r), "C"
-    )
+    C = te.compute((b, m, n), lambda bb, i, j: te.sum(A[bb, i, r] * B[bb, r, j], axis=r), "C")
     return Workload("batch_matmul", (A, B), (C,))
 
 
@@ -82,8 +79,7 @@ BATCH_MATMUL = OpDef(
         Param("k", 64, doc="the reduction length"),
     ),
     doc=(
-        "C[b] = A[b]·B[b]. Inputs: A[b,m,k] float32, B[b,k,n] float32. "
-        "Outputs: C[b,m,n] float32."
+        "C[b] = A[b]·B[b]. Inputs: A[b,m,k] float32, B[b,k,n] float32. Outputs: C[b,m,n] float32."
     ),
     build=build_batch_matmul,
     reference=ref_batch_matmul,
@@ -124,7 +120,9 @@ def build_dense(m: int, n: int, k: int, bias: int, relu: int) -> Workload:
     return Workload("dense", tuple(inputs), (Y,))
 
 
-def ref_dense(params: Mapping[str, int], X: np.ndarray, W: np.ndarray, *rest: np.ndarray) -> tuple[np.ndarray, ...]:
+def ref_dense(
+    params: Mapping[str, int], X: np.ndarray, W: np.ndarray, *rest: np.ndarray
+) -> tuple[np.ndarray, ...]:
     Y = X @ W
     if params["bias"]:
         Y = Y + rest[0]

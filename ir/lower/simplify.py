@@ -201,7 +201,7 @@ def _divmod(e: Binary, c: int, env: Bounds) -> Expr:
     q_const, r_const = divmod(const, c)
     rest = _build(r_terms, r_const, e.dtype)
     rb = bound(rest, env)
-    if rb is not None and 0 <= rb[0] and rb[1] < c:
+    if rb is not None and rb[0] >= 0 and rb[1] < c:
         if e.op == "floordiv":
             return _build(q_terms, q_const, e.dtype)
         return rest

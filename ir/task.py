@@ -1,0 +1,113 @@
+"""A task: one concrete workload (library operator or custom definition) ready to run.
+
+The CLI, the tuner and the service all speak of workloads as `OP k=v...` or a
+definition file; this is the one place that turns either into the naive program,
+its reference, inputs, FLOPs and workload key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ir import dtype as dt
+from ir import library
+from ir.build import build_program
+from ir.compute import Workload
+from ir.definition import from_definition, to_definition
+from ir.errors import BufferTooLargeError, WorkloadError
+from ir.evaluate import evaluate
+from ir.library.spec import OpDef
+from ir.program import Program
+from ir.serialize import structural_hash
+
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+
+
+@dataclass(frozen=True)
+class Task:
+    """`op` is the library operator's name, or the custom workload's name."""
+
+    op: str
+    params: dict[str, int]
+    workload: Workload
+    program: Program
+    opdef: OpDef | None = None
+    definition: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def is_custom(self) -> bool:
+        return self.opdef is None
+
+    @property
+    def key(self) -> str:
+        """The workload key: structural hash of the naive program."""
+        return structural_hash(self.program)
+
+    @property
+    def flops(self) -> int | None:
+        if self.opdef is not None:
+            return self.opdef.flops(self.params)
+        return None
+
+    @property
+    def reduction_length(self) -> int:
+        return library.reduction_length(self.workload)
+
+    @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.workload.outputs]
+
+    def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        return library.make_inputs(self.workload, seed)
+
+    def output_specs(self) -> list[tuple[tuple[int, ...], np.dtype]]:
+        return [(t.concrete_shape(), dt.to_numpy(t.dtype)) for t in self.workload.outputs]
+
+    def reference(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """numpy's answer: the library's numpy function, or the DSL evaluator for custom workloads."""
+        if self.opdef is not None:
+            return [np.asarray(r) for r in self.opdef.reference(self.params, *inputs)]
+        return evaluate(self.workload, inputs)
+
+    def to_definition(self) -> dict[str, Any]:
+        return self.definition if self.definition is not None else to_definition(self.workload)
+
+
+def library_task(op: str, given: Mapping[str, str | int] | None = None) -> Task:
+    opdef, params, workload = library.instantiate(op, dict(given or {}))
+    program = build_program(workload, {"op": op, **{f"param.{k}": v for k, v in params.items()}})
+    return Task(op, params, workload, program, opdef)
+
+
+def custom_task(definition: Mapping[str, Any], given: Mapping[str, str | int] | None = None) -> Task:
+    sizes: dict[str, int] = {}
+    for k, v in (given or {}).items():
+        text = str(v).strip()
+        if isinstance(v, bool | float) or not _INT_TEXT.fullmatch(text):
+            raise WorkloadError(f"parameter {k} must be an integer, got {v!r}")
+        if int(text) <= 0:
+            raise WorkloadError(f"parameter {k} must be positive, got {int(text)}")
+        sizes[k] = int(text)
+    workload = from_definition(definition, sizes)
+    total = library.workload_bytes(workload)
+    limit = library.max_bytes()
+    if total > limit:
+        raise BufferTooLargeError(
+            f"{workload.name}: the workload's buffers need {total} bytes, over the limit of "
+            f"{limit} bytes ({library.MAX_BYTES_ENV})"
+        )
+    params = {**dict(definition.get("sizes") or {}), **sizes}
+    program = build_program(workload, {"op": workload.name, "custom": 1})
+    return Task(workload.name, params, workload, program, None, dict(definition))
+
+
+def gflops(flops: int | None, latency_ms: float) -> float | None:
+    if flops is None or latency_ms <= 0 or not math.isfinite(latency_ms):
+        return None
+    return flops / (latency_ms * 1e-3) / 1e9

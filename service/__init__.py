@@ -1,0 +1,1 @@
+"""The coordinator, the tuning database, the CLI and the public Python API."""

@@ -1,0 +1,216 @@
+"""The `loomtune` command line (DESIGN.md's spellings are the user's contract).
+
+Every user error prints one line naming what was wrong to stderr and exits 2;
+`--json` prints exactly one JSON object on stdout; progress and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from ir.errors import LoomtuneError
+
+EXIT_USER_ERROR = 2
+EXIT_INCORRECT = 1
+
+
+class UsageError(LoomtuneError):
+    """A command line that cannot be understood."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="loomtune", description="Auto-tune tensor programs for CPUs.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    ops = sub.add_parser("ops", help="list the workload library")
+    ops.add_argument("--json", action="store_true", help="print one JSON object")
+
+    run = sub.add_parser("run", help="compile the default loop nest, verify, time against numpy")
+    run.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")
+    run.add_argument("--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition")
+    run.add_argument("--threads", type=_positive_int, default=1, help="threads (default 1)")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def parse_workload_args(words: Sequence[str], workload_file: str | None) -> tuple[str | None, dict[str, str]]:
+    """`OP k=v ...` or `--workload FILE k=v ...` -> (op or None, params)."""
+    words = list(words)
+    op: str | None = None
+    if workload_file is None:
+        if not words or "=" in words[0]:
+            raise UsageError("name an operator (see `loomtune ops`) or pass --workload FILE.json")
+        op = words.pop(0)
+    params: dict[str, str] = {}
+    for w in words:
+        key, sep, value = w.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"expected a parameter as name=value, got {w!r}")
+        if key in params:
+            raise UsageError(f"parameter {key} given twice")
+        params[key] = value
+    return op, params
+
+
+def resolve_task(words: Sequence[str], workload_file: str | None):
+    from ir.definition import load_definition_file
+    from ir.task import custom_task, library_task
+
+    op, params = parse_workload_args(words, workload_file)
+    if workload_file is not None:
+        return custom_task(load_definition_file(workload_file), params)
+    assert op is not None
+    return library_task(op, params)
+
+
+# ---------------------------------------------------------------------------
+# Commands
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    from ir.library import OPS, instantiate
+
+    entries = []
+    for name, op in OPS.items():
+        _, params, wl = instantiate(name, {})
+        entries.append(
+            {
+                "name": name,
+                "params": params,
+                "inputs": [_tensor_json(t) for t in wl.inputs],
+                "outputs": [_tensor_json(t) for t in wl.outputs],
+                "flops": op.flops(params),
+                "doc": op.doc,
+            }
+        )
+    if args.json:
+        _print_json({"ops": entries})
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="loomtune operators (defaults)")
+    for col in ("op", "parameters", "inputs", "outputs", "FLOPs"):
+        table.add_column(col)
+    for e in entries:
+        table.add_row(
+            e["name"],
+            " ".join(f"{k}={v}" for k, v in e["params"].items()),
+            "\n".join(_tensor_text(t) for t in e["inputs"]),
+            "\n".join(_tensor_text(t) for t in e["outputs"]),
+            "-" if e["flops"] is None else f"{e['flops']:,}",
+        )
+    Console(width=140).print(table)
+    return 0
+
+
+def _tensor_json(t: Any) -> dict[str, Any]:
+    return {"name": t.name, "shape": list(t.concrete_shape()), "dtype": t.dtype}
+
+
+def _tensor_text(t: dict[str, Any]) -> str:
+    return f"{t['name']}{t['shape']} {t['dtype']}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from codegen.kernel import compile_program
+    from codegen.target import Target
+    from ir.task import gflops
+    from workers.compare import compare_with_numpy
+
+    task = resolve_task(args.workload, args.workload_file)
+    target = Target.host(args.threads)
+    _log(f"compiling {task.op} {_params_text(task.params)} for {target.cpu} ...")
+    kernel = compile_program(task.program, target)
+    _log("verifying against numpy and timing (interleaved) ...")
+    cmp = compare_with_numpy(kernel, task, threads=args.threads)
+    result = {
+        "op": task.op,
+        "params": task.params,
+        "workload_key": task.key,
+        "target": target.canonical(),
+        "threads": args.threads,
+        "correct": cmp.correct,
+        "latency_ms": cmp.latency_ms,
+        "gflops": gflops(task.flops, cmp.latency_ms) if cmp.latency_ms else None,
+        "numpy_ms": cmp.numpy_ms,
+        "speedup_vs_numpy": (cmp.numpy_ms / cmp.latency_ms) if cmp.correct and cmp.latency_ms else None,
+    }
+    if not cmp.correct:
+        result["error"] = cmp.message
+    if args.json:
+        _print_json(result)
+    else:
+        _print_result_table(result)
+    if not cmp.correct:
+        print(f"loomtune: kernel is wrong: {cmp.message}", file=sys.stderr)
+        return EXIT_INCORRECT
+    return 0
+
+
+def _params_text(params: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def _print_result_table(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{r['op']} {_params_text(r['params'])}")
+    for col in ("", "latency (ms)", "GFLOP/s", "vs numpy"):
+        table.add_column(col, justify="right")
+    if r["correct"]:
+        g = f"{r['gflops']:.2f}" if r["gflops"] is not None else "-"
+        table.add_row("loomtune", f"{r['latency_ms']:.4f}", g, f"{r['speedup_vs_numpy']:.2f}x")
+        table.add_row("numpy", f"{r['numpy_ms']:.4f}", "", "1.00x")
+    else:
+        table.add_row("loomtune", "wrong result", "", "")
+    Console().print(table)
+    print(f"correct: {r['correct']}  threads: {r['threads']}  target: {r['target']}")
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+COMMANDS = {"ops": cmd_ops, "run": cmd_run}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except LoomtuneError as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"loomtune: error: {msg}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("loomtune: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
