@@ -1,0 +1,29 @@
+"""Shared test helpers: goldens that regenerate with LOOMTUNE_UPDATE_GOLDENS=1."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _normalise(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest):  # noqa: ANN201
+    """compare(name, text): whitespace-normalised comparison with tests/<pkg>/goldens/<name>."""
+    folder = Path(request.path).parent / "goldens"
+
+    def compare(name: str, text: str) -> None:
+        path = folder / name
+        if os.environ.get("LOOMTUNE_UPDATE_GOLDENS") == "1":
+            folder.mkdir(exist_ok=True)
+            path.write_text(text)
+            return
+        assert path.exists(), f"golden {path} missing; regenerate with LOOMTUNE_UPDATE_GOLDENS=1"
+        assert _normalise(text) == _normalise(path.read_text()), f"{name} differs from its golden"
+
+    return compare
