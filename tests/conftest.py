@@ -13,7 +13,7 @@ def _normalise(text: str) -> str:
 
 
 @pytest.fixture
-def golden(request: pytest.FixtureRequest):  # noqa: ANN201
+def golden(request: pytest.FixtureRequest):
     """compare(name, text): whitespace-normalised comparison with tests/<pkg>/goldens/<name>."""
     folder = Path(request.path).parent / "goldens"
 
