@@ -2,24 +2,31 @@
 
     int SYMBOL(const float* A, const float* B, float* C)   // inputs, then outputs; returns 0
 
-Addresses are formed only through GEP on opaque pointers (STYLE.md: pointer
-arithmetic through ptrtoint miscompiles under unrolling). Floating-point
-arithmetic carries `reassoc contract nsz` so LLVM may vectorise reductions and
-form FMAs; results stay within DESIGN.md's tolerance. Scratch buffers come from
-malloc (64-byte aligned via aligned_alloc) and the function returns non-zero when
-an allocation fails.
+- Addresses are formed only through GEP on opaque pointers (STYLE.md: pointer
+  arithmetic through ptrtoint miscompiles under unrolling).
+- Floating-point arithmetic carries `reassoc contract nsz` so LLVM may form FMAs
+  and reassociate reductions; results stay within DESIGN.md's tolerance.
+- Vectorized loops become `<W x T>` operations (see `codegen/vector.py` for the
+  width and the legality check); unrolled loops are emitted unrolled; parallel
+  loops are outlined and run fork-join on pthreads (`codegen/parallel.py`).
+- Scratch buffers come from aligned_alloc (64-byte aligned); the function returns
+  -1 when an allocation fails.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from llvmlite import ir as ll
 
+from codegen import mathfn
+from codegen.vector import VectorPlan, plan_vector_loop, vector_cap
 from ir import dtype as dt
 from ir.errors import IRError, UnboundShapeError
 from ir.expr import Binary, Buffer, Call, Cast, Const, Expr, Load, Select, Var, render
+from ir.lower.simplify import linear_in
 from ir.node import walk
 from ir.program import Allocate, BufferStore, For, IfThenElse, Program, SeqStmt, Stmt
 
@@ -30,102 +37,97 @@ I64 = ll.IntType(64)
 PTR = ll.PointerType()
 FAST = ("reassoc", "contract", "nsz")
 
-_LIBM = {("tanh", "float32"): "tanhf", ("tanh", "float64"): "tanh"}
-_INTRINSIC = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
-def llvm_type(dtype: str) -> ll.Type:
+def llvm_type(dtype: str, lanes: int = 1) -> ll.Type:
     if dtype == "float32":
-        return ll.FloatType()
-    if dtype == "float64":
-        return ll.DoubleType()
-    if dtype == "bool":
-        return I1
-    return ll.IntType(dt.bits(dtype))
+        t: ll.Type = ll.FloatType()
+    elif dtype == "float64":
+        t = ll.DoubleType()
+    elif dtype == "bool":
+        t = I1
+    else:
+        t = ll.IntType(dt.bits(dtype))
+    return ll.VectorType(t, lanes) if lanes > 1 else t
 
 
-def memory_type(dtype: str) -> ll.Type:
+def memory_type(dtype: str, lanes: int = 1) -> ll.Type:
     """How a value is stored in memory (bool as one byte)."""
-    return I8 if dtype == "bool" else llvm_type(dtype)
+    if dtype == "bool":
+        return ll.VectorType(I8, lanes) if lanes > 1 else I8
+    return llvm_type(dtype, lanes)
+
+
+@dataclass
+class Scope:
+    """What the code being emitted can see: loop variables and buffer pointers."""
+
+    vars: dict[Var, ll.Value] = field(default_factory=dict)
+    buffers: dict[str, ll.Value] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VectorLane:
+    """In a vectorized loop: `var` takes lanes base, base+1, ..., base+lanes-1."""
+
+    var: Var
+    lanes: int
 
 
 class FunctionEmitter:
-    """Emits one lowered program as a function into `module`."""
+    """Emits statements and expressions into one LLVM function."""
 
-    def __init__(self, module: ll.Module, program: Program, symbol: str) -> None:
-        self.module = module
-        self.program = program
-        fnty = ll.FunctionType(I32, [PTR] * len(program.params))
-        self.fn = ll.Function(module, fnty, name=symbol)
-        self.fn.linkage = "external"
-        self.entry = self.fn.append_basic_block("entry")
-        self.body_start = self.fn.append_basic_block("body")
+    def __init__(self, module: ModuleEmitter, fn: ll.Function, scope: Scope, *, in_parallel: bool) -> None:
+        self.m = module
+        self.fn = fn
+        self.scope = scope
+        self.in_parallel = in_parallel
+        self.entry = fn.append_basic_block("entry")
+        self.body_start = fn.append_basic_block("body")
         self.builder = ll.IRBuilder(self.body_start)
-        self.fail_block = self.fn.append_basic_block("alloc_failed")
-        ll.IRBuilder(self.fail_block).ret(ll.Constant(I32, -1))
-        self.buffers: dict[str, ll.Value] = {}
-        self.vars: dict[Var, ll.Value] = {}
-        for arg, buf in zip(self.fn.args, program.params):
-            arg.name = buf.name
-            arg.add_attribute("noalias")
-            self.buffers[buf.name] = arg
+        self.fail_block = fn.append_basic_block("alloc_failed")
+        self.vec: VectorLane | None = None
 
-    # -- helpers -----------------------------------------------------------
+    def finish_entry(self) -> None:
+        """Allocas were added to the entry block; now jump from it to the body."""
+        ll.IRBuilder(self.entry).branch(self.body_start)
 
-    def _declare(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
-        existing = self.module.globals.get(name)
-        if existing is not None:
-            return existing  # type: ignore[return-value]
-        return ll.Function(self.module, ll.FunctionType(ret, args), name=name)
+    def alloca(self, ty: ll.Type, count: int = 1, name: str = "") -> ll.Value:
+        """Stack slots live in the entry block so loops do not grow the stack."""
+        b = ll.IRBuilder(self.entry)
+        if self.entry.instructions:
+            b.position_before(self.entry.instructions[0])
+        slot = b.alloca(ty, size=ll.Constant(I64, count) if count > 1 else None, name=name)
+        # llvmlite types an alloca as a typed pointer and checks GEPs and stores
+        # through it against that type; LLVM itself only has opaque pointers, so
+        # give the slot the opaque type every other address in the module has.
+        slot.type = PTR
+        return slot
+
+    # -- loops -------------------------------------------------------------
 
     @contextmanager
-    def for_range(self, var: Var, extent: ll.Value) -> Iterator[None]:
-        """A counted loop owning its phi and blocks; the body is emitted in the context."""
+    def for_range(self, name: str, start: ll.Value, stop: ll.Value) -> Iterator[ll.Value]:
+        """A counted loop owning its phi and blocks; yields the induction variable."""
         b = self.builder
         pre = b.block
-        header = self.fn.append_basic_block(f"{var.name}.header")
-        body = self.fn.append_basic_block(f"{var.name}.body")
-        exit_ = self.fn.append_basic_block(f"{var.name}.exit")
+        header = self.fn.append_basic_block(f"{name}.header")
+        body = self.fn.append_basic_block(f"{name}.body")
+        exit_ = self.fn.append_basic_block(f"{name}.exit")
         b.branch(header)
         b.position_at_end(header)
-        phi = b.phi(I64, name=var.name)
-        phi.add_incoming(ll.Constant(I64, 0), pre)
-        b.cbranch(b.icmp_signed("<", phi, extent), body, exit_)
+        phi = b.phi(I64, name=name)
+        phi.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", phi, stop), body, exit_)
         b.position_at_end(body)
-        self.vars[var] = phi
-        yield
-        nxt = b.add(phi, ll.Constant(I64, 1), name=f"{var.name}.next", flags=("nsw", "nuw"))
+        yield phi
+        nxt = b.add(phi, ll.Constant(I64, 1), name=f"{name}.next", flags=("nsw",))
         phi.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(exit_)
-        del self.vars[var]
 
     # -- statements --------------------------------------------------------
-
-    def emit(self) -> None:
-        scratch = [self._alloc(buf) for buf in self.program.allocs]
-        self.stmt(self.program.body)
-        for ptr in reversed(scratch):
-            self._free(ptr)
-        self.builder.ret(ll.Constant(I32, 0))
-        ll.IRBuilder(self.entry).branch(self.body_start)
-
-    def _alloc(self, buf: Buffer) -> ll.Value:
-        """64-byte aligned scratch from libc; a failed allocation returns -1 from the kernel."""
-        n = int(buf.shape[0].value)  # type: ignore[attr-defined]
-        nbytes = max(64, -(-n * dt.itemsize(buf.dtype) // 64) * 64)
-        b = self.builder
-        aligned_alloc = self._declare("aligned_alloc", PTR, [I64, I64])
-        ptr = b.call(aligned_alloc, [ll.Constant(I64, 64), ll.Constant(I64, nbytes)], name=buf.name)
-        ok = self.fn.append_basic_block(f"{buf.name}.ok")
-        b.cbranch(b.icmp_unsigned("==", ptr, ll.Constant(PTR, None)), self.fail_block, ok)
-        b.position_at_end(ok)
-        self.buffers[buf.name] = ptr
-        return ptr
-
-    def _free(self, ptr: ll.Value) -> None:
-        free = self._declare("free", ll.VoidType(), [PTR])
-        self.builder.call(free, [ptr])
 
     def stmt(self, s: Stmt) -> None:
         b = self.builder
@@ -133,17 +135,13 @@ class FunctionEmitter:
             for x in s.stmts:
                 self.stmt(x)
         elif isinstance(s, For):
-            # Loop kinds other than serial are compiled serially here; LLVM's own
-            # vectoriser and unroller still see the loops.
-            with self.for_range(s.var, self.expr(s.extent)):
-                self.stmt(s.body)
+            self._for(s)
         elif isinstance(s, BufferStore):
-            value = self.expr(s.value)
-            if s.buffer.dtype == "bool":
-                value = b.zext(value, I8)
-            b.store(value, self._address(s.buffer.name, s.buffer.dtype, s.indices[0]), align=dt.itemsize(s.buffer.dtype))
+            self._store(s)
         elif isinstance(s, IfThenElse):
             cond = self.expr(s.cond)
+            if isinstance(cond.type, ll.VectorType):
+                raise IRError("codegen: a guard that varies across vector lanes reached vector code")
             if s.else_case is None:
                 with b.if_then(cond):
                     self.stmt(s.then_case)
@@ -154,20 +152,133 @@ class FunctionEmitter:
                     with other:
                         self.stmt(s.else_case)
         elif isinstance(s, Allocate):
-            ptr = self._alloc(s.buffer)
+            ptr = self.malloc(s.buffer)
             self.stmt(s.body)
-            self._free(ptr)
-            del self.buffers[s.buffer.name]
+            self.free(ptr)
+            del self.scope.buffers[s.buffer.name]
         else:
             raise IRError(f"codegen: unexpected {type(s).__name__} in a lowered program")
 
-    def _address(self, name: str, dtype: str, index: Expr) -> ll.Value:
-        if name not in self.buffers:
-            raise IRError(f"codegen: buffer {name} is not a parameter or an allocation in scope")
-        idx = self.expr(index)
-        return self.builder.gep(self.buffers[name], [idx], inbounds=True, source_etype=memory_type(dtype))
+    def _for(self, s: For) -> None:
+        extent = s.extent
+        if s.kind == "unrolled" and isinstance(extent, Const):
+            for i in range(int(extent.value)):
+                self.scope.vars[s.var] = ll.Constant(I64, i)
+                self.stmt(s.body)
+            del self.scope.vars[s.var]
+            return
+        if s.kind == "parallel" and not self.in_parallel and self.vec is None and self.m.num_threads > 1:
+            from codegen.parallel import emit_parallel_loop
+
+            emit_parallel_loop(self, s)
+            return
+        if s.kind == "vectorized" and self.vec is None:
+            plan = plan_vector_loop(s, self.m.max_lanes(s))
+            if plan is not None:
+                self._vector_loop(s, plan)
+                return
+        self._serial_loop(s, ll.Constant(I64, 0), self.expr(extent))
+
+    def _serial_loop(self, s: For, start: ll.Value, stop: ll.Value) -> None:
+        with self.for_range(s.var.name, start, stop) as iv:
+            self.scope.vars[s.var] = iv
+            self.stmt(s.body)
+        del self.scope.vars[s.var]
+
+    def _vector_loop(self, s: For, plan: VectorPlan) -> None:
+        """Main loop of `lanes`-wide chunks, then a scalar loop for the remainder."""
+        lanes, chunks, tail = plan.lanes, plan.chunks, plan.tail
+        if chunks:
+            self.vec = VectorLane(s.var, lanes)
+            with self.for_range(f"{s.var.name}.vec", ll.Constant(I64, 0), ll.Constant(I64, chunks)) as c:
+                self.scope.vars[s.var] = self.builder.mul(c, ll.Constant(I64, lanes), flags=("nsw",))
+                self.stmt(s.body)
+            self.vec = None
+            del self.scope.vars[s.var]
+        if tail:
+            self._serial_loop(s, ll.Constant(I64, chunks * lanes), ll.Constant(I64, chunks * lanes + tail))
+
+    def _store(self, s: BufferStore) -> None:
+        b = self.builder
+        value = self.expr(s.value)
+        vec = self.vec
+        if vec is not None:
+            stride, rest = self._affine(s.indices[0], vec.var)
+            if stride == 1:
+                value = self._widen(value, vec.lanes)
+                if s.buffer.dtype == "bool":
+                    value = b.zext(value, memory_type("bool", vec.lanes))
+                ptr = self._gep(s.buffer, self._vector_base(rest))
+                b.store(value, ptr, align=dt.itemsize(s.buffer.dtype))
+                return
+            if stride is None or stride != 0 or isinstance(value.type, ll.VectorType):
+                # A non-unit stride: one store per lane, in lane order.
+                idx = self._widen(self.expr(s.indices[0]), vec.lanes)
+                value = self._widen(value, vec.lanes)
+                for lane in range(vec.lanes):
+                    li = ll.Constant(I32, lane)
+                    self._scalar_store(s.buffer, b.extract_element(value, li), b.extract_element(idx, li))
+                return
+        self._scalar_store(s.buffer, value, self.expr(s.indices[0]))
+
+    def _scalar_store(self, buf: Buffer, value: ll.Value, index: ll.Value) -> None:
+        if buf.dtype == "bool":
+            value = self.builder.zext(value, I8)
+        self.builder.store(value, self._gep(buf, index), align=dt.itemsize(buf.dtype))
+
+    def _gep(self, buf: Buffer, index: ll.Value) -> ll.Value:
+        if buf.name not in self.scope.buffers:
+            raise IRError(f"codegen: buffer {buf.name} is not a parameter or an allocation in scope")
+        return self.builder.gep(self.scope.buffers[buf.name], [index], inbounds=True, source_etype=memory_type(buf.dtype))
+
+    # -- scratch memory ----------------------------------------------------
+
+    def malloc(self, buf: Buffer) -> ll.Value:
+        """64-byte aligned scratch from libc; a failed allocation returns -1 from the kernel."""
+        n = int(buf.shape[0].value)  # type: ignore[attr-defined]
+        nbytes = max(64, -(-n * dt.itemsize(buf.dtype) // 64) * 64)
+        b = self.builder
+        fn = self.m.declare("aligned_alloc", PTR, [I64, I64])
+        ptr = b.call(fn, [ll.Constant(I64, 64), ll.Constant(I64, nbytes)], name=buf.name)
+        ok = self.fn.append_basic_block(f"{buf.name}.ok")
+        b.cbranch(b.icmp_unsigned("==", ptr, ll.Constant(PTR, None)), self.fail_block, ok)
+        b.position_at_end(ok)
+        self.scope.buffers[buf.name] = ptr
+        return ptr
+
+    def free(self, ptr: ll.Value) -> None:
+        self.builder.call(self.m.declare("free", ll.VoidType(), [PTR]), [ptr])
 
     # -- expressions -------------------------------------------------------
+
+    def _affine(self, index: Expr, var: Var) -> tuple[int | None, Expr]:
+        """index = stride * var + rest with rest free of var; stride None when not affine."""
+        return linear_in(index, var)
+
+    def _vector_base(self, rest: Expr) -> ll.Value:
+        """The scalar address of lane 0 for a unit-stride access: rest + var's chunk base."""
+        assert self.vec is not None
+        saved, self.vec = self.vec, None
+        try:
+            base = self.expr(rest)
+        finally:
+            self.vec = saved
+        return self.builder.add(base, self.scope.vars[saved.var])
+
+    def _widen(self, v: ll.Value, lanes: int) -> ll.Value:
+        """Broadcast a scalar to a vector (vectors pass through)."""
+        if isinstance(v.type, ll.VectorType):
+            return v
+        b = self.builder
+        vt = ll.VectorType(v.type, lanes)
+        one = b.insert_element(ll.Constant(vt, ll.Undefined), v, ll.Constant(I32, 0))
+        return b.shuffle_vector(one, ll.Constant(vt, ll.Undefined), ll.Constant(ll.VectorType(I32, lanes), [0] * lanes))
+
+    def _lanes_of(self, *values: ll.Value) -> int:
+        for v in values:
+            if isinstance(v.type, ll.VectorType):
+                return v.type.count
+        return 1
 
     def expr(self, e: Expr) -> ll.Value:
         b = self.builder
@@ -176,44 +287,82 @@ class FunctionEmitter:
                 return ll.Constant(I1, int(bool(e.value)))
             return ll.Constant(llvm_type(e.dtype), e.value)
         if isinstance(e, Var):
-            if e not in self.vars:
+            if e not in self.scope.vars:
                 raise UnboundShapeError(
                     f"variable {e.name} is not bound: a symbolic size left unbound, "
                     "or a loop variable used outside its loop"
                 )
-            return self.vars[e]
+            base = self.scope.vars[e]
+            if self.vec is not None and e == self.vec.var:
+                lanes = self.vec.lanes
+                step = ll.Constant(ll.VectorType(I64, lanes), list(range(lanes)))
+                return b.add(self._widen(base, lanes), step)
+            return base
         if isinstance(e, Load):
-            ptr = self._address(e.buffer.name, e.dtype, e.indices[0])
-            v = b.load(ptr, typ=memory_type(e.dtype), align=dt.itemsize(e.dtype))
-            return b.trunc(v, I1) if e.dtype == "bool" else v
+            return self._load(e)
         if isinstance(e, Binary):
             return self._binary(e)
         if isinstance(e, Call):
-            return self._call(e)
+            arg = self.expr(e.args[0])
+            return mathfn.call(self, e.fn, e.dtype, arg)
         if isinstance(e, Cast):
             return self._cast(self.expr(e.value), e.value.dtype, e.dtype)
         if isinstance(e, Select):
-            if any(isinstance(n, Load) for n in walk(e.true_value)) or any(
-                isinstance(n, Load) for n in walk(e.false_value)
-            ):
-                return self._lazy_select(e)
-            return b.select(self.expr(e.cond), self.expr(e.true_value), self.expr(e.false_value))
+            return self._select(e)
         raise IRError(f"codegen: cannot compile {type(e).__name__} {render(e)}")
 
-    def _lazy_select(self, e: Select) -> ll.Value:
-        """Evaluate only the chosen side: a guarded load may be out of bounds otherwise."""
+    def _load(self, e: Load) -> ll.Value:
+        b = self.builder
+        buf = e.buffer
+        vec = self.vec
+        if vec is not None:
+            stride, rest = self._affine(e.indices[0], vec.var)
+            if stride == 1:
+                ptr = self._gep(buf, self._vector_base(rest))
+                v = b.load(ptr, typ=memory_type(buf.dtype, vec.lanes), align=dt.itemsize(buf.dtype))
+                return b.trunc(v, llvm_type("bool", vec.lanes)) if buf.dtype == "bool" else v
+            if stride != 0:
+                # Non-unit stride or non-affine: a gather, one lane at a time.
+                idx = self._widen(self.expr(e.indices[0]), vec.lanes)
+                out: ll.Value = ll.Constant(llvm_type(buf.dtype, vec.lanes), ll.Undefined)
+                for lane in range(vec.lanes):
+                    li = ll.Constant(I32, lane)
+                    out = b.insert_element(out, self._scalar_load(buf, b.extract_element(idx, li)), li)
+                return out
+        return self._scalar_load(buf, self.expr(e.indices[0]))
+
+    def _scalar_load(self, buf: Buffer, index: ll.Value) -> ll.Value:
+        v = self.builder.load(self._gep(buf, index), typ=memory_type(buf.dtype), align=dt.itemsize(buf.dtype))
+        return self.builder.trunc(v, I1) if buf.dtype == "bool" else v
+
+    def _select(self, e: Select) -> ll.Value:
         b = self.builder
         cond = self.expr(e.cond)
+        loads = any(isinstance(n, Load) for n in walk(e.true_value)) or any(
+            isinstance(n, Load) for n in walk(e.false_value)
+        )
+        if not loads or isinstance(cond.type, ll.VectorType):
+            # No memory access to guard, or lanes disagree (the vector plan only
+            # allows this when the guarded loads are in bounds for every lane).
+            t, f = self.expr(e.true_value), self.expr(e.false_value)
+            lanes = self._lanes_of(cond, t, f)
+            if lanes > 1:
+                cond, t, f = self._widen(cond, lanes), self._widen(t, lanes), self._widen(f, lanes)
+            return b.select(cond, t, f)
+        # Evaluate only the chosen side: a guarded load may be out of bounds otherwise.
+        lanes = self.vec.lanes if self.vec is not None and self._varies(e) else 1
         then_bb = self.fn.append_basic_block("sel.then")
         else_bb = self.fn.append_basic_block("sel.else")
         join = self.fn.append_basic_block("sel.join")
         b.cbranch(cond, then_bb, else_bb)
         b.position_at_end(then_bb)
         tv = self.expr(e.true_value)
+        tv = self._widen(tv, lanes) if lanes > 1 else tv
         then_end = b.block
         b.branch(join)
         b.position_at_end(else_bb)
         fv = self.expr(e.false_value)
+        fv = self._widen(fv, lanes) if lanes > 1 else fv
         else_end = b.block
         b.branch(join)
         b.position_at_end(join)
@@ -222,19 +371,25 @@ class FunctionEmitter:
         phi.add_incoming(fv, else_end)
         return phi
 
+    def _varies(self, e: Expr) -> bool:
+        """Whether `e` may differ across the lanes of the current vector loop."""
+        return self.vec is not None and any(n == self.vec.var for n in walk(e) if isinstance(n, Var))
+
     def _binary(self, e: Binary) -> ll.Value:
         b = self.builder
         a, c = self.expr(e.a), self.expr(e.b)
+        lanes = self._lanes_of(a, c)
+        if lanes > 1:
+            a, c = self._widen(a, lanes), self._widen(c, lanes)
         t = e.a.dtype
         op = e.op
         if op == "and":
             return b.and_(a, c)
         if op == "or":
             return b.or_(a, c)
-        cmp = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
         if dt.is_float(t):
-            if op in cmp:
-                return b.fcmp_ordered(cmp[op], a, c) if op != "ne" else b.fcmp_unordered("!=", a, c)
+            if op in _CMP:
+                return b.fcmp_ordered(_CMP[op], a, c) if op != "ne" else b.fcmp_unordered("!=", a, c)
             if op == "add":
                 return b.fadd(a, c, flags=FAST)
             if op == "sub":
@@ -244,15 +399,15 @@ class FunctionEmitter:
             if op == "div":
                 return b.fdiv(a, c, flags=FAST)
             if op in ("max", "min"):
-                # NaN-propagating like numpy: a NaN operand wins.
+                # NaN-propagating like numpy: a NaN first operand wins.
                 pick = b.fcmp_unordered(">" if op == "max" else "<", a, c)
                 return b.select(pick, a, c)
         else:
             signed = dt.is_signed(t)
-            if op in cmp:
-                if t == "bool" or not signed:
-                    return b.icmp_unsigned(cmp[op], a, c)
-                return b.icmp_signed(cmp[op], a, c)
+            if op in _CMP:
+                if not signed:
+                    return b.icmp_unsigned(_CMP[op], a, c)
+                return b.icmp_signed(_CMP[op], a, c)
             if op == "add":
                 return b.add(a, c)
             if op == "sub":
@@ -271,7 +426,7 @@ class FunctionEmitter:
         b = self.builder
         if not signed:
             return b.udiv(a, c) if op == "floordiv" else b.urem(a, c)
-        zero = ll.Constant(a.type, 0)
+        zero = ll.Constant(a.type, None)
         q = b.sdiv(a, c)
         r = b.srem(a, c)
         # Floor semantics: adjust when the remainder is non-zero and signs differ.
@@ -280,33 +435,24 @@ class FunctionEmitter:
             return b.sub(q, b.zext(adjust, a.type))
         return b.add(r, b.select(adjust, c, zero))
 
-    def _call(self, e: Call) -> ll.Value:
-        t = e.dtype
-        ty = llvm_type(t)
-        arg = self.expr(e.args[0])
-        if e.fn in _INTRINSIC:
-            suffix = "f32" if t == "float32" else "f64"
-            fn = self._declare(f"{_INTRINSIC[e.fn]}.{suffix}", ty, [ty])
-            return self.builder.call(fn, [arg], fastmath=FAST)
-        name = _LIBM[(e.fn, t)]
-        fn = self._declare(name, ty, [ty])
-        return self.builder.call(fn, [arg])
-
     def _cast(self, v: ll.Value, src: str, dst: str) -> ll.Value:
         b = self.builder
-        st, tt = llvm_type(src), llvm_type(dst)
+        lanes = self._lanes_of(v)
+        st, tt = llvm_type(src, lanes), llvm_type(dst, lanes)
         if src == dst:
             return v
         if dst == "bool":
             if dt.is_float(src):
-                return b.fcmp_unordered("!=", v, ll.Constant(st, 0.0))
-            return b.icmp_unsigned("!=", v, ll.Constant(st, 0))
+                return b.fcmp_unordered("!=", v, ll.Constant(st, None))
+            return b.icmp_unsigned("!=", v, ll.Constant(st, None))
+        if src == "bool":
+            return b.uitofp(v, tt) if dt.is_float(dst) else b.zext(v, tt)
         if dt.is_float(src) and dt.is_float(dst):
             return b.fpext(v, tt) if dt.bits(dst) > dt.bits(src) else b.fptrunc(v, tt)
         if dt.is_float(src):
             sat = "llvm.fptosi.sat" if dt.is_signed(dst) else "llvm.fptoui.sat"
-            name = f"{sat}.i{dt.bits(dst)}.{'f32' if src == 'float32' else 'f64'}"
-            return b.call(self._declare(name, tt, [st]), [v])
+            name = f"{sat}.{mathfn.type_suffix(tt)}.{mathfn.type_suffix(st)}"
+            return b.call(self.m.declare(name, tt, [st]), [v])
         if dt.is_float(dst):
             return b.sitofp(v, tt) if dt.is_signed(src) else b.uitofp(v, tt)
         if dt.bits(dst) > dt.bits(src):
@@ -316,9 +462,48 @@ class FunctionEmitter:
         return v  # same width, different signedness: the bits are the value
 
 
-def emit_module(program: Program, symbol: str) -> str:
+class ModuleEmitter:
+    """One LLVM module: the exported kernel function plus outlined parallel bodies."""
+
+    def __init__(self, symbol: str, *, num_threads: int = 1, vector_bits: int = 256) -> None:
+        self.symbol = symbol
+        self.module = ll.Module(name=symbol)
+        self.num_threads = num_threads
+        self.vector_bits = vector_bits
+        self._outlined = 0
+
+    def declare(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing  # type: ignore[return-value]
+        return ll.Function(self.module, ll.FunctionType(ret, args), name=name)
+
+    def fresh_function_name(self, base: str) -> str:
+        self._outlined += 1
+        return f"{self.symbol}.{base}{self._outlined}"
+
+    def max_lanes(self, loop: For) -> int:
+        return vector_cap(self.vector_bits)
+
+    def emit_kernel(self, program: Program) -> None:
+        fn = ll.Function(self.module, ll.FunctionType(I32, [PTR] * len(program.params)), name=self.symbol)
+        scope = Scope()
+        for arg, buf in zip(fn.args, program.params):
+            arg.name = buf.name
+            arg.add_attribute("noalias")
+            scope.buffers[buf.name] = arg
+        f = FunctionEmitter(self, fn, scope, in_parallel=False)
+        ll.IRBuilder(f.fail_block).ret(ll.Constant(I32, -1))
+        scratch = [f.malloc(buf) for buf in program.allocs]
+        f.stmt(program.body)
+        for ptr in reversed(scratch):
+            f.free(ptr)
+        f.builder.ret(ll.Constant(I32, 0))
+        f.finish_entry()
+
+
+def emit_module(program: Program, symbol: str, *, num_threads: int = 1, vector_bits: int = 256) -> str:
     """LLVM IR text of a lowered program, exporting `symbol`."""
-    module = ll.Module(name=symbol)
-    module.triple = ""  # filled in by the target machine at compile time
-    FunctionEmitter(module, program, symbol).emit()
-    return str(module)
+    m = ModuleEmitter(symbol, num_threads=num_threads, vector_bits=vector_bits)
+    m.emit_kernel(program)
+    return str(m.module)

@@ -95,6 +95,6 @@ def compile_program(
     target = target or Target.host()
     symbol = symbol or program.name
     lowered = lower(program)
-    text = emit_module(lowered, symbol)
+    text = emit_module(lowered, symbol, num_threads=target.num_threads, vector_bits=target.vector_bits)
     module = compile_ir(text, target, loop_vectorize=loop_vectorize)
     return Kernel(program, lowered, module, symbol)

@@ -74,7 +74,8 @@ def _plain(node: Node) -> Node:
 
 def build_program(workload: Workload, attrs: Mapping[str, object] | None = None) -> Program:
     """The naive loop-nest program of `workload` (no schedule applied)."""
-    names = NameSupply({t.name for t in workload.tensors()})
+    # Size variables keep their names (bind() finds them by name), so loops avoid them.
+    names = NameSupply({t.name for t in workload.tensors()} | {v.name for v in workload.size_vars()})
     nests = []
     outputs = set(workload.outputs)
     allocs: list[Buffer] = []
@@ -111,11 +112,11 @@ def _nest(t: Tensor, names: NameSupply) -> For:
     out_index = tuple(iv.var for iv in iter_vars[: len(spatial)])
     buffer = t.as_buffer()
     if isinstance(body, Reduce):
-        source = substitute(body.source, mapping)
+        source = substitute(body.source, mapping, into_buffers=False)
         value = combine(body.combiner, Load(buffer, out_index), source)  # type: ignore[arg-type]
         init = BufferStore(buffer, reduce_identity(body.combiner, t.dtype), out_index)
     else:
-        value = substitute(body, mapping)  # type: ignore[assignment]
+        value = substitute(body, mapping, into_buffers=False)  # type: ignore[assignment]
         source = value
         init = None
     store = BufferStore(buffer, value, out_index)

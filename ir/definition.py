@@ -79,13 +79,17 @@ def _fail(where: str, msg: str) -> DefinitionError:
 
 def load_definition_file(path: str | Path) -> dict[str, Any]:
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise DefinitionError(f"cannot read workload file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise DefinitionError(f"{path}: not UTF-8 text (byte {e.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise DefinitionError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise DefinitionError(f"{path}: JSON nested too deeply") from None
     return data
 
 
@@ -103,12 +107,14 @@ def from_definition(data: Any, sizes: Mapping[str, int] | None = None) -> te.Wor
     if not isinstance(name, str) or not name.isidentifier():
         raise _fail("$.name", f"must be an identifier, got {name!r}")
     size_values = _sizes(data.get("sizes", {}), sizes or {})
-    scope: dict[str, Any] = {k: te.size_var(k) for k in size_values}
+    # A size used in an expression stands for its value.
+    scope: dict[str, Any] = {k: Const(v, dt.INDEX) for k, v in size_values.items()}
     tensors: dict[str, te.Tensor] = {}
     inputs = []
     for i, spec in enumerate(_list(data, "inputs", "$")):
         where = f"$.inputs[{i}]"
         tname = _name(spec, where, tensors, scope)
+        _no_extra(spec, where, {"name", "shape", "dtype"})
         dtype = spec.get("dtype", "float32")
         if dtype not in dt.DTYPES:
             raise _fail(f"{where}.dtype", f"unknown dtype {dtype!r}")
@@ -121,7 +127,7 @@ def from_definition(data: Any, sizes: Mapping[str, int] | None = None) -> te.Wor
         tensors[tname] = _compute(spec, where, tname, tensors, scope, size_values)
     outputs = []
     for i, out in enumerate(_list(data, "outputs", "$")):
-        if out not in tensors or tensors[out].op is None:
+        if not isinstance(out, str) or out not in tensors or tensors[out].op is None:
             raise _fail(f"$.outputs[{i}]", f"{out!r} is not a compute of this workload")
         outputs.append(tensors[out])
     try:
@@ -150,6 +156,12 @@ def _sizes(declared: Any, given: Mapping[str, int]) -> dict[str, int]:
     if missing:
         raise DefinitionError(f"size {missing[0]!r} has no value; pass {missing[0]}=N")
     return out
+
+
+def _no_extra(spec: dict[str, Any], where: str, known: set[str]) -> None:
+    extra = sorted(set(spec) - known)
+    if extra:
+        raise _fail(where, f"unknown field {extra[0]!r}")
 
 
 def _list(data: dict[str, Any], key: str, where: str) -> list[Any]:
@@ -211,9 +223,7 @@ def _compute(
     scope: Mapping[str, Any],
     sizes: Mapping[str, int],
 ) -> te.Tensor:
-    extra = sorted(set(spec) - {"name", "shape", "axes", "reduce", "reduce_axes", "body", "dtype"})
-    if extra:
-        raise _fail(where, f"unknown field {extra[0]!r}")
+    _no_extra(spec, where, {"name", "shape", "axes", "reduce", "reduce_axes", "body", "dtype"})
     shape = _shape(spec, where, scope, sizes)
     axes = spec.get("axes")
     if not isinstance(axes, list) or len(axes) != len(shape) or not all(isinstance(a, str) and a.isidentifier() for a in axes):
@@ -233,6 +243,7 @@ def _compute(
             rw = f"{where}.reduce_axes[{j}]"
             if not isinstance(r, dict) or not isinstance(r.get("name"), str) or not r["name"].isidentifier():
                 raise _fail(rw, "must be an object with a name and an extent")
+            _no_extra(r, rw, {"name", "extent"})
             if r["name"] in axes or r["name"] in local:
                 raise _fail(f"{rw}.name", f"{r['name']!r} is already defined")
             iv = te.reduce_axis(_extent(r.get("extent"), f"{rw}.extent", scope, sizes), r["name"])

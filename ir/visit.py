@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ir.expr import Expr, Load, Var
+from ir.expr import Buffer, Expr, Load, Var
 from ir.node import Node, map_children, walk
 
 
@@ -19,14 +19,20 @@ def post_order_rewrite(node: Node, fn: Callable[[Node], Node | None]) -> Node:
     return visit(node)
 
 
-def substitute(node: Node, mapping: Mapping[Var, Expr]) -> Node:
-    """Replace variables by expressions everywhere in `node` (not inside binding sites)."""
+def substitute(node: Node, mapping: Mapping[Var, Expr], *, into_buffers: bool = True) -> Node:
+    """Replace variables by expressions everywhere in `node`.
+
+    Buffer shapes only mention size variables; `into_buffers=False` leaves them
+    alone when substituting loop or axis variables (whose names may coincide).
+    """
     if not mapping:
         return node
 
     def visit(n: Node) -> Node:
         if isinstance(n, Var):
             return mapping.get(n, n)
+        if not into_buffers and isinstance(n, Buffer):
+            return n
         return map_children(n, visit)
 
     return visit(node)

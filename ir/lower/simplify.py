@@ -266,3 +266,25 @@ def simplify(program: Program) -> Program:
 
     body = simplify_stmt(program.body)
     return replace(program, body=body if body is not None else SeqStmt(()))
+
+
+def linear_in(e: Expr, var: Var) -> tuple[int | None, Expr]:
+    """Split e = stride * var + rest with `rest` free of `var`.
+
+    stride is 0 when e does not mention var, and None when var appears other than
+    linearly (e.g. inside a floordiv); then rest is e itself.
+    """
+    lin = _linear(e) if dt.is_int(e.dtype) else None
+    if lin is None:
+        return (None, e) if _mentions(e, var) else (0, e)
+    terms, const = lin
+    stride = terms.pop(var, 0)
+    if any(_mentions(atom, var) for atom in terms):
+        return None, e
+    return stride, _build(terms, const, e.dtype)
+
+
+def _mentions(e: Node, var: Var) -> bool:
+    from ir.node import walk
+
+    return any(n == var for n in walk(e) if isinstance(n, Var))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from codegen.emit import emit_module
@@ -27,6 +29,9 @@ def test_only_libc_libm_libpthread(op: str) -> None:
 
 
 def test_symbol_check_sees_calls() -> None:
-    # gelu needs tanh from libm and softmax needs scratch memory: the check is not vacuous.
-    assert "tanhf" in undefined_symbols(emit_module(lower(library_task("gelu").program), "gelu"))
+    # softmax needs scratch memory and a parallel loop needs pthreads: the check is not vacuous.
     assert "aligned_alloc" in undefined_symbols(emit_module(lower(library_task("softmax").program), "softmax"))
+    program = lower(library_task("transpose").program)
+    outer = program.body
+    program = replace(program, body=replace(outer, kind="parallel"))
+    assert {"pthread_create", "pthread_join"} <= undefined_symbols(emit_module(program, "t", num_threads=2))

@@ -8,7 +8,6 @@ exits non-zero and shows no traceback. Workloads are tiny so each call is fast.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import subprocess
@@ -54,7 +53,9 @@ RUN_FIELDS = {
 }
 
 
-def loomtune(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def loomtune(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOMTUNE_")}
     full_env.update(env or {})
     return subprocess.run(
@@ -98,7 +99,16 @@ def test_ops_json_lists_the_library_in_design_order() -> None:
                 assert set(t) == {"name", "shape", "dtype"}, (o["name"], t)
                 assert isinstance(t["name"], str)
                 assert all(type(s) is int and s > 0 for s in t["shape"]), (o["name"], t)
-                assert t["dtype"] in {"float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"}
+                assert t["dtype"] in {
+                    "float32",
+                    "float64",
+                    "int8",
+                    "uint8",
+                    "int16",
+                    "int32",
+                    "int64",
+                    "bool",
+                }
         assert o["flops"] is None or type(o["flops"]) is int, o["name"]
     by_name = {o["name"]: o for o in ops}
     mm = by_name["matmul"]
@@ -263,8 +273,12 @@ ERROR_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "env", "needles"), [c[1:] for c in ERROR_CASES], ids=[c[0] for c in ERROR_CASES])
-def test_user_error_is_one_line(tmp_path: Path, argv, env: dict[str, str], needles: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "env", "needles"), [c[1:] for c in ERROR_CASES], ids=[c[0] for c in ERROR_CASES]
+)
+def test_user_error_is_one_line(
+    tmp_path: Path, argv, env: dict[str, str], needles: list[str]
+) -> None:
     args = argv(tmp_path) if callable(argv) else argv
     proc = loomtune(*args, "--json", env=env)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])

@@ -1,0 +1,93 @@
+"""Vectorized loops: the vector width, and when a loop may be vectorized at all.
+
+A `vectorized` loop of extent N runs as N // W chunks of W lanes plus a scalar
+loop over the N % W remainder. W is the loop's `vector_width` annotation, else N
+itself when N fits the cap, else the cap (4 registers' worth: LLVM splits wide
+vectors into native registers, which also unrolls the loop body).
+
+Vectorizing reorders work: every lane of an inner loop runs before the next
+iteration of that inner loop. The plan refuses (and codegen falls back to a
+serial loop, correct but slow) when that could change the result:
+- a store whose address does not advance with the loop (stride 0) of a value
+  that varies across lanes (a reduction over the vectorized axis);
+- a store at a non-affine address (lanes could collide);
+- a load of a buffer written in the loop at another address than the store's;
+- a guard (`if`) that varies across lanes, a scratch allocation, a parallel loop;
+- a `select` that varies across lanes and guards a memory load (both sides would
+  be evaluated for every lane).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ir.expr import Const, Expr, Load, Select, Var
+from ir.lower.simplify import linear_in, simplify_expr
+from ir.node import walk
+from ir.program import Allocate, BufferStore, For, IfThenElse, SeqStmt, Stmt
+
+
+@dataclass(frozen=True)
+class VectorPlan:
+    lanes: int
+    chunks: int
+    tail: int
+
+
+def vector_cap(vector_bits: int) -> int:
+    return max(4, min(64, 4 * vector_bits // 32))
+
+
+def plan_vector_loop(loop: For, max_lanes: int) -> VectorPlan | None:
+    if not isinstance(loop.extent, Const):
+        return None
+    n = int(loop.extent.value)
+    if n < 2 or not _legal(loop.body, loop.var):
+        return None
+    hint = dict(loop.annotations).get("vector_width")
+    lanes = hint if isinstance(hint, int) and hint > 1 else (n if n <= max_lanes else max_lanes)
+    lanes = min(lanes, n)
+    return VectorPlan(lanes, n // lanes, n % lanes)
+
+
+def _mentions(e: Expr | Stmt, var: Var) -> bool:
+    return any(x == var for x in walk(e) if isinstance(x, Var))
+
+
+def _legal(body: Stmt, var: Var) -> bool:
+    stores: dict[str, set[Expr]] = {}
+    ok = _check_stmt(body, var, stores)
+    if not ok:
+        return False
+    for node in walk(body):
+        if isinstance(node, Load) and node.buffer.name in stores:
+            if simplify_expr(node.indices[0]) not in stores[node.buffer.name]:
+                return False
+        if isinstance(node, Select) and _mentions(node.cond, var):
+            if any(isinstance(x, Load) for side in (node.true_value, node.false_value) for x in walk(side)):
+                return False
+    return True
+
+
+def _check_stmt(s: Stmt, var: Var, stores: dict[str, set[Expr]]) -> bool:
+    if isinstance(s, SeqStmt):
+        return all(_check_stmt(x, var, stores) for x in s.stmts)
+    if isinstance(s, For):
+        return s.kind != "parallel" and _check_stmt(s.body, var, stores)
+    if isinstance(s, IfThenElse):
+        if _mentions(s.cond, var):
+            return False
+        return _check_stmt(s.then_case, var, stores) and (
+            s.else_case is None or _check_stmt(s.else_case, var, stores)
+        )
+    if isinstance(s, BufferStore):
+        stride, _ = linear_in(s.indices[0], var)
+        if stride is None:
+            return False
+        if stride == 0 and _mentions(s.value, var):
+            return False
+        stores.setdefault(s.buffer.name, set()).add(simplify_expr(s.indices[0]))
+        return True
+    if isinstance(s, Allocate):
+        return False
+    return False
