@@ -107,7 +107,6 @@ def _exp_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:
 
 def _tanh_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:
     b = f.builder
-    t = x0.type
     x = _clamp(f, x0, -7.90531110763549805, 7.90531110763549805)
     x2 = b.fmul(x, x)
     p = b.fmul(_poly(f, x2, _TANH_P), x)

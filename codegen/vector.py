@@ -61,12 +61,16 @@ def _legal(body: Stmt, var: Var) -> bool:
         return False
     for node in walk(body):
         if isinstance(node, Load) and node.buffer.name in stores:
+            # Another lane's address: vectorizing would reorder a dependence.
             if simplify_expr(node.indices[0]) not in stores[node.buffer.name]:
                 return False
-        if isinstance(node, Select) and _mentions(node.cond, var):
-            if any(isinstance(x, Load) for side in (node.true_value, node.false_value) for x in walk(side)):
-                return False
+        elif isinstance(node, Select) and _mentions(node.cond, var) and _loads(node):
+            return False
     return True
+
+
+def _loads(sel: Select) -> bool:
+    return any(isinstance(x, Load) for side in (sel.true_value, sel.false_value) for x in walk(side))
 
 
 def _check_stmt(s: Stmt, var: Var, stores: dict[str, set[Expr]]) -> bool:
