@@ -52,7 +52,7 @@ def names_in(program: Program) -> set[str]:
     """Every name in use: buffers, loop and iteration variables, blocks."""
     used: set[str] = set()
     for n in walk(program):
-        if isinstance(n, Var) or isinstance(n, Block):
+        if isinstance(n, Var | Block):
             used.add(n.name)
     for b in (*program.params, *program.allocs):
         used.add(b.name)
