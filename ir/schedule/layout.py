@@ -1,0 +1,187 @@
+"""Layout: pack a buffer a block reads into another layout, computed inside the kernel.
+
+The point is GEMM's B operand: read along k for a fixed column panel, B[k, n] is
+strided by n; packed as Bp[n // 32, k, n % 32] each panel is contiguous, so the
+inner loop streams it (DESIGN.md's kernel-quality gate).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir.build import point_regions
+from ir.errors import IRError
+from ir.evaluate import _eval
+from ir.expr import Buffer, Const, Expr, IterVar, Load, Var, as_index, render
+from ir.lower.simplify import bound, simplify_expr
+from ir.node import Node, map_children, walk
+from ir.program import (
+    TRUE,
+    Block,
+    BlockRealize,
+    BufferRegion,
+    BufferStore,
+    For,
+    Program,
+    Range,
+    SeqStmt,
+    seq,
+)
+from ir.schedule.analysis import writers
+from ir.schedule.state import ScheduleError, find_block, fresh_names, replace_realize, root_index
+from ir.visit import substitute
+
+_MAX_CHECKED_POINTS = 1 << 24
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class IndexMap(Node):
+    """(src...) -> (dst...): where element src of a buffer goes in the new layout."""
+
+    src: tuple[Var, ...]
+    dst: tuple[Expr, ...]
+
+    @staticmethod
+    def from_callable(ndim: int, fn: Callable[..., Sequence[Expr | int]]) -> IndexMap:
+        src = tuple(Var(f"x{d}") for d in range(ndim))
+        dst = tuple(as_index(e) for e in fn(*src))
+        return IndexMap(src, dst)
+
+    def apply(self, indices: Sequence[Expr]) -> tuple[Expr, ...]:
+        mapping = dict(zip(self.src, indices))
+        return tuple(substitute(e, mapping) for e in self.dst)  # type: ignore[misc]
+
+
+def panel_map(factor: int) -> IndexMap:
+    """B[k, n] -> Bp[n // factor, k, n % factor]: column panels of width `factor`."""
+    return IndexMap.from_callable(2, lambda k, n: (n // factor, k, n % factor))
+
+
+def transform_layout(
+    program: Program, block: str, buffer: str, index_map: IndexMap | Callable[..., Sequence[Expr | int]]
+) -> tuple[Program, str]:
+    """Make `block` read `buffer` through a packed copy laid out by `index_map`.
+
+        for k, n: with block("C"): ... B[vk, vj] ...
+      transform_layout("C", "B", lambda k, n: (n // 32, k, n % 32)) ->
+        B_packed = alloc(float32[N/32, K, 32])
+        for ax0, ax1: with block("B_packed"): B_packed[vax1 // 32, vax0, vax1 % 32] = B[vax0, vax1]
+        ... with block("C"): ... B_packed[vj // 32, vk, vj % 32] ...
+
+    The map must send the buffer's elements to distinct places (checked over the
+    whole domain) with non-negative indices; the packed copy is written once per
+    call by its own block, before the first block that reads `buffer`.
+    """
+    r = find_block(program, block)
+    reads = [rd for rd in r.block.reads if rd.buffer.name == buffer]
+    if not reads:
+        raise ScheduleError(f'block "{block}": does not read a buffer named {buffer}')
+    src_buf = reads[0].buffer
+    if any(w.buffer.name == buffer for w in r.block.writes):
+        raise ScheduleError(f'block "{block}": writes {buffer}; only a buffer it only reads can be packed')
+    shape = src_buf.concrete_shape()
+    imap = index_map if isinstance(index_map, IndexMap) else _from_callable(block, len(shape), index_map)
+    if len(imap.src) != len(shape):
+        raise ScheduleError(
+            f'block "{block}": index map takes {len(imap.src)} indices but {buffer} has {len(shape)} dimensions'
+        )
+    new_shape = _packed_shape(block, buffer, imap, shape)
+    _check_injective(block, buffer, imap, shape)
+
+    names = fresh_names(program)
+    packed = Buffer(names.fresh(f"{buffer}_packed"), tuple(Const(s, "int64") for s in new_shape), src_buf.dtype)
+    pack_block_name = packed.name
+
+    # 1. the packing block, in its own nest over the source domain
+    loop_vars = [Var(names.fresh(f"ax{d}")) for d in range(len(shape))]
+    iter_vars = [IterVar(Var(names.fresh(f"v{lv.name}")), Const(s, "int64")) for lv, s in zip(loop_vars, shape)]
+    src_idx = tuple(iv.var for iv in iter_vars)
+    dst_idx = tuple(simplify_expr(e) for e in imap.apply(src_idx))
+    store = BufferStore(packed, Load(src_buf, src_idx), dst_idx)
+    pack = Block(
+        pack_block_name,
+        tuple(iter_vars),
+        point_regions([Load(src_buf, src_idx)]),
+        (BufferRegion(packed, tuple(Range(i, Const(1, "int64")) for i in dst_idx)),),
+        store,
+    )
+    nest: For | BlockRealize = BlockRealize(tuple(loop_vars), TRUE, pack)
+    for lv, s in reversed(list(zip(loop_vars, shape))):
+        nest = For(lv, Const(s, "int64"), "serial", nest)
+
+    # 2. the block reads the packed copy
+    def redirect(n: Node) -> Node:
+        if isinstance(n, Load) and n.buffer.name == buffer:
+            return Load(packed, tuple(simplify_expr(e) for e in imap.apply(n.indices)))
+        return map_children(n, redirect)
+
+    new_block = r.block.__class__(
+        name=r.block.name,
+        iter_vars=r.block.iter_vars,
+        reads=tuple(
+            BufferRegion(packed, tuple(Range(i, Const(1, "int64")) for i in imap.apply(tuple(x.min for x in rd.region))))
+            if rd.buffer.name == buffer
+            else rd
+            for rd in r.block.reads
+        ),
+        writes=r.block.writes,
+        body=redirect(r.block.body),  # type: ignore[arg-type]
+        init=r.block.init,
+        alloc_buffers=r.block.alloc_buffers,
+        annotations=r.block.annotations,
+    )
+    program = replace_realize(program, block, lambda x: BlockRealize(x.values, x.predicate, new_block))
+
+    # 3. place the packing nest before the first root statement reading the buffer
+    #    (after every writer of it, if it is an intermediate)
+    stmts = list(program.body.stmts) if isinstance(program.body, SeqStmt) else [program.body]
+    at = root_index(program, block)
+    for w in writers(program, buffer):
+        if root_index(program, w.block.name) >= at:
+            raise ScheduleError(f'block "{block}": {buffer} is written after it is read; cannot pack it here')
+    stmts.insert(at, nest)  # type: ignore[arg-type]
+    from dataclasses import replace
+
+    program = replace(program, body=seq(*stmts), allocs=(*program.allocs, packed))
+    return program, pack_block_name
+
+
+def _from_callable(block: str, ndim: int, fn: Callable[..., Sequence[Expr | int]]) -> IndexMap:
+    try:
+        return IndexMap.from_callable(ndim, fn)
+    except (IRError, TypeError) as e:
+        raise ScheduleError(f'block "{block}": invalid index map: {e}') from None
+
+
+def _packed_shape(block: str, buffer: str, imap: IndexMap, shape: tuple[int, ...]) -> list[int]:
+    env = {v: (0, s - 1) for v, s in zip(imap.src, shape)}
+    out = []
+    for e in imap.dst:
+        if any(isinstance(v, Var) and v not in env for v in walk(e)):
+            raise ScheduleError(f'block "{block}": index map output {render(e)} uses an unknown variable')
+        rng = bound(simplify_expr(e, env), env)
+        if rng is None:
+            raise ScheduleError(f'block "{block}": cannot bound index map output {render(e)} for {buffer}')
+        if rng[0] < 0:
+            raise ScheduleError(f'block "{block}": index map output {render(e)} can be negative')
+        out.append(rng[1] + 1)
+    return out
+
+
+def _check_injective(block: str, buffer: str, imap: IndexMap, shape: tuple[int, ...]) -> None:
+    points = math.prod(shape)
+    if points > _MAX_CHECKED_POINTS:
+        raise ScheduleError(
+            f'block "{block}": {buffer} has {points} elements, too many to check the index map is one-to-one'
+        )
+    grids = np.meshgrid(*(np.arange(s, dtype=np.int64) for s in shape), indexing="ij")
+    env = {v: g for v, g in zip(imap.src, grids)}
+    mask = np.ones(shape, dtype=bool)
+    cols = [np.broadcast_to(_eval(e, env, {}, mask), shape).ravel() for e in imap.dst]
+    keys = np.stack(cols, axis=1) if cols else np.zeros((points, 0), np.int64)
+    if len(np.unique(keys, axis=0)) != points:
+        raise ScheduleError(f'block "{block}": the index map sends two elements of {buffer} to the same place')

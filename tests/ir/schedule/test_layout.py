@@ -1,0 +1,44 @@
+"""The layout-packing transform: B into column panels, computed inside the kernel."""
+
+from __future__ import annotations
+
+from ir.printer import print_program
+from ir.schedule import Schedule
+from ir.schedule.layout import IndexMap, panel_map
+from ir.task import library_task
+from tests.ir.schedule.schedcheck import assert_correct, assert_refused
+
+
+def test_pack_b_into_panels_golden_and_correct(golden) -> None:
+    task = library_task("matmul", {"m": 37, "n": 70, "k": 19})
+    sch = Schedule(task.program)
+    packed = sch.transform_layout("C", "B", panel_map(32))
+    assert packed.name == "B_packed"
+    golden("pack_after.txt", print_program(sch.program))
+    text = print_program(sch.program)
+    assert "B_packed = alloc(float32[3, 19, 32])" in text
+    assert "B_packed[vj // 32, vr, vj % 32]" in text
+    assert_correct(task, sch.program)
+
+
+def test_pack_with_a_callable_and_then_tile() -> None:
+    task = library_task("matmul", {"m": 20, "n": 48, "k": 9})
+    sch = Schedule(task.program)
+    sch.transform_layout("C", "B", lambda k, n: (n // 16, k, n % 16))
+    j0, j1 = sch.split("j", [None, 16])
+    sch.reorder(j0, "r", j1)
+    sch.vectorize(j1)
+    assert_correct(task, sch.program)
+
+
+def test_pack_refusals() -> None:
+    task = library_task("matmul", {"m": 8, "n": 8, "k": 8})
+    sch = Schedule(task.program)
+    assert_refused(sch, lambda s: s.transform_layout("C", "A", lambda a, b: (a // 2, b)), '"C"', "same place")
+    assert_refused(sch, lambda s: s.transform_layout("C", "Q", panel_map(4)), '"C"', "Q")
+    assert_refused(sch, lambda s: s.transform_layout("C", "C", panel_map(4)), '"C"')
+    assert_refused(sch, lambda s: s.transform_layout("C", "A", lambda a, b: (a - 1, b)), '"C"', "negative")
+    assert_refused(sch, lambda s: s.transform_layout("C", "A", lambda a: (a,)), "\"C\"", "invalid index map")
+    m = IndexMap.from_callable(2, lambda a, b: (b, a))
+    sch.transform_layout("C", "A", m)  # a transpose is a fine layout
+    assert_correct(task, sch.program)
