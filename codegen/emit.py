@@ -36,6 +36,7 @@ I32 = ll.IntType(32)
 I64 = ll.IntType(64)
 PTR = ll.PointerType()
 FAST = ("reassoc", "contract", "nsz")
+STACK_LIMIT_BYTES = 64 * 1024
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
@@ -152,9 +153,13 @@ class FunctionEmitter:
                     with other:
                         self.stmt(s.else_case)
         elif isinstance(s, Allocate):
-            ptr = self.malloc(s.buffer)
-            self.stmt(s.body)
-            self.free(ptr)
+            if self._on_stack(s.buffer):
+                self.scope.buffers[s.buffer.name] = self.stack_buffer(s.buffer)
+                self.stmt(s.body)
+            else:
+                ptr = self.malloc(s.buffer)
+                self.stmt(s.body)
+                self.free(ptr)
             del self.scope.buffers[s.buffer.name]
         else:
             raise IRError(f"codegen: unexpected {type(s).__name__} in a lowered program")
@@ -245,6 +250,18 @@ class FunctionEmitter:
         b.position_at_end(ok)
         self.scope.buffers[buf.name] = ptr
         return ptr
+
+    @staticmethod
+    def _on_stack(buf: Buffer) -> bool:
+        """Small local tiles live on the stack, where LLVM can promote them to registers."""
+        n = int(buf.shape[0].value)  # type: ignore[attr-defined]
+        return buf.scope == "local" and n * dt.itemsize(buf.dtype) <= STACK_LIMIT_BYTES
+
+    def stack_buffer(self, buf: Buffer) -> ll.Value:
+        n = int(buf.shape[0].value)  # type: ignore[attr-defined]
+        slot = self.alloca(ll.ArrayType(memory_type(buf.dtype), n), name=buf.name)
+        slot.align = 64  # type: ignore[attr-defined]
+        return slot
 
     def free(self, ptr: ll.Value) -> None:
         self.builder.call(self.m.declare("free", ll.VoidType(), [PTR]), [ptr])
@@ -494,7 +511,12 @@ class ModuleEmitter:
             scope.buffers[buf.name] = arg
         f = FunctionEmitter(self, fn, scope, in_parallel=False)
         ll.IRBuilder(f.fail_block).ret(ll.Constant(I32, -1))
-        scratch = [f.malloc(buf) for buf in program.allocs]
+        scratch = []
+        for buf in program.allocs:
+            if f._on_stack(buf):
+                scope.buffers[buf.name] = f.stack_buffer(buf)
+            else:
+                scratch.append(f.malloc(buf))
         f.stmt(program.body)
         for ptr in reversed(scratch):
             f.free(ptr)
