@@ -3,8 +3,9 @@
     with block("C"): vi = spatial(64, i) ...  C[vi, vj] = ...
       ->  C[i, j] = ...
 
-A block's local scratch buffers become `Allocate` statements around its body, and
-the program's intermediate buffers are allocated around the whole body.
+A block's local scratch buffers become `Allocate` statements around its body; the
+program's intermediate buffers stay in `Program.allocs` (compact_buffers may move
+them into loops; codegen allocates what remains once per call).
 """
 
 from __future__ import annotations
@@ -29,6 +30,4 @@ def _inline_block(n: Node) -> Node | None:
 
 def blocks_to_loops(program: Program) -> Program:
     body: Stmt = post_order_rewrite(program.body, _inline_block)  # type: ignore[assignment]
-    for buf in reversed(program.allocs):
-        body = Allocate(buf, body)
-    return replace(program, body=body, allocs=())
+    return replace(program, body=body)
