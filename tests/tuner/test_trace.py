@@ -1,0 +1,161 @@
+"""Traces: exact replay across processes, JSON and Python forms, decisions, repair."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ir.serialize import structural_hash
+from ir.task import library_task
+from tests.ir.schedule.schedcheck import assert_correct
+from tuner.trace.errors import TraceError
+from tuner.trace.file import TraceFile
+from tuner.trace.trace import Trace, run_python
+from tuner.trace.traced_schedule import TracedSchedule
+
+ROOT = Path(__file__).resolve().parents[2]
+PARAMS = {"m": 64, "n": 48, "k": 32}
+
+
+def tiled_matmul(rng: random.Random | None, decisions: dict[str, list[int]] | None = None) -> TracedSchedule:
+    task = library_task("matmul", PARAMS)
+    sch = TracedSchedule(task.program, rng=rng)
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    d = decisions or {}
+    ti = sch.sample_perfect_tile(i, n=2, max_innermost_factor=16, decision=d.get("i"))
+    tj = sch.sample_perfect_tile(j, n=2, max_innermost_factor=16, decision=d.get("j"))
+    i0, i1 = sch.split(i, ti)
+    j0, j1 = sch.split(j, tj)
+    sch.reorder(i0, j0, k, i1, j1)
+    unroll = sch.sample_categorical([0, 16, 64], [0.2, 0.4, 0.4])
+    sch.annotate(i0, "unroll_limit", unroll)
+    sch.sample_perfect_tile(k, n=2, max_innermost_factor=8)  # unused: simplified() drops it
+    sch.vectorize(j1)
+    sch.parallel(i0)
+    return sch
+
+
+def _subprocess(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_json_round_trip_is_exact_and_replays_identically() -> None:
+    sch = tiled_matmul(random.Random(5))
+    trace = sch.trace
+    text = json.dumps(trace.to_json())
+    again = Trace.from_json(json.loads(text))
+    assert again == trace and again.hash == trace.hash
+    assert structural_hash(again.apply(library_task("matmul", PARAMS).program).program) == structural_hash(sch.program)
+
+
+def test_replay_in_another_process_gives_the_same_program(tmp_path: Path) -> None:
+    sch = tiled_matmul(random.Random(5))
+    path = tmp_path / "t.json"
+    TraceFile.for_task(library_task("matmul", PARAMS), "host", sch.trace).save(path)
+    code = (
+        "from tuner.trace.file import TraceFile\n"
+        "from ir.serialize import structural_hash\n"
+        f"f = TraceFile.load({str(path)!r})\n"
+        "print(structural_hash(f.trace.apply(f.task().program).program))\n"
+    )
+    assert _subprocess(code) == structural_hash(sch.program)
+
+
+def test_python_form_rebuilds_the_same_program_here_and_in_another_process() -> None:
+    sch = tiled_matmul(random.Random(5))
+    code = sch.trace.as_python()
+    assert "sch.sample_perfect_tile(" in code and "decision=" in code
+    program = library_task("matmul", PARAMS).program
+    assert structural_hash(run_python(code, program).program) == structural_hash(sch.program)
+    script = (
+        "from ir.task import library_task\nfrom ir.serialize import structural_hash\n"
+        "from tuner.trace.trace import run_python\n"
+        f"code = {code!r}\n"
+        f"print(structural_hash(run_python(code, library_task('matmul', {PARAMS!r}).program).program))\n"
+    )
+    assert _subprocess(script) == structural_hash(sch.program)
+
+
+def test_replay_without_decisions_resamples_deterministically_per_seed() -> None:
+    trace = tiled_matmul(random.Random(5)).trace
+    program = library_task("matmul", PARAMS).program
+    seen = {json.dumps(trace.apply(program, rng=random.Random(s), keep_decisions=False).trace.to_json()["decisions"]) for s in range(12)}
+    assert len(seen) > 1, "re-sampling never changed a decision"
+    mine = trace.apply(program, rng=random.Random(99), keep_decisions=False).trace.decisions
+    code = (
+        "import json, random\nfrom ir.task import library_task\nfrom tuner.trace.trace import Trace\n"
+        f"t = Trace.from_json(json.loads({json.dumps(json.dumps(trace.to_json()))}))\n"
+        f"s = t.apply(library_task('matmul', {PARAMS!r}).program, rng=random.Random(99), keep_decisions=False)\n"
+        "print(json.dumps(s.trace.to_json()['decisions'], sort_keys=True))\n"
+    )
+    assert json.loads(_subprocess(code)) == {str(k): v for k, v in mine.items()}
+
+
+def test_replay_without_decisions_or_rng_is_a_clear_error() -> None:
+    trace = tiled_matmul(random.Random(5)).trace.without_decisions()
+    with pytest.raises(TraceError, match="no decision and no rng"):
+        trace.apply(library_task("matmul", PARAMS).program)
+
+
+def test_with_decision_gives_a_different_correct_kernel() -> None:
+    task = library_task("matmul", PARAMS)
+    trace = tiled_matmul(random.Random(0), {"i": [8, 8], "j": [12, 4]}).trace
+    changed = trace.with_decision(2, [4, 16])
+    a = trace.apply(task.program).program
+    b = changed.apply(task.program).program
+    assert structural_hash(a) != structural_hash(b)
+    assert changed.hash != trace.hash
+    assert_correct(task, b, threads=2)
+    with pytest.raises(TraceError, match="not a sampling instruction"):
+        trace.with_decision(0, [1])
+
+
+def test_stale_decision_is_refused_and_repair_fixes_it() -> None:
+    trace = tiled_matmul(random.Random(0), {"i": [8, 8], "j": [12, 4]}).trace
+    other = library_task("matmul", {"m": 50, "n": 45, "k": 32})
+    with pytest.raises(TraceError, match=r"sample_perfect_tile on loop i: decision no longer fits .*replay with repair"):
+        trace.apply(other.program)
+    repaired = trace.apply(other.program, repair=True)
+    assert repaired.trace.decisions[2] == [5, 10]  # the divisor of 50 nearest the old 8, within 16
+    assert_correct(other, repaired.program, threads=2)
+
+
+def test_simplified_drops_unused_samples() -> None:
+    trace = tiled_matmul(random.Random(3)).trace
+    simple = trace.simplified()
+    assert len(simple.instructions) == len(trace.instructions) - 1
+    assert [i.kind for i in simple.instructions].count("sample_perfect_tile") == 2
+    program = library_task("matmul", PARAMS).program
+    assert structural_hash(simple.apply(program).program) == structural_hash(trace.apply(program).program)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "a trace file is a JSON object"),
+        ({"format": "loomtune.trace/99"}, "unknown trace file format"),
+        ({"format": "loomtune.trace/1", "workload": {"op": 3}, "target": "host", "trace": {}}, "workload must be"),
+        ({"format": "loomtune.trace/1", "workload": {"op": "matmul"}, "target": "host", "trace": {"version": 7}}, "unknown trace version 7"),
+        ({"format": "loomtune.trace/1", "workload": {"op": "matmul"}, "target": "host",
+          "trace": {"version": 1, "instructions": [{"kind": "frobnicate", "inputs": [], "attrs": {}, "outputs": []}]}},
+         "unknown instruction 'frobnicate'"),
+        ({"format": "loomtune.trace/1", "workload": {"op": "matmul"}, "target": "host",
+          "trace": {"version": 1, "instructions": [], "decisions": {"0": 1}}}, "not the index of a sampling instruction"),
+    ],
+)  # fmt: skip
+def test_corrupt_trace_files_are_refused(data: object, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        TraceFile.from_json(data)
+
+
+def test_unknown_workload_in_a_trace_file() -> None:
+    f = TraceFile.from_json({"format": "loomtune.trace/1", "workload": {"op": "nope", "params": {}}, "target": "host", "trace": {"version": 1, "instructions": []}})
+    with pytest.raises(TraceError, match="unknown operator 'nope'"):
+        f.task()

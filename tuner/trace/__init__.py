@@ -1,0 +1,1 @@
+"""Traces: instructions plus decisions; replay, JSON, mutation of decisions."""

@@ -1,0 +1,66 @@
+"""Sampling decisions and their deterministic repair (pure functions, rng passed in)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def sample_perfect_tile(rng: random.Random, extent: int, n: int, max_innermost_factor: int) -> list[int]:
+    """n factors whose product is `extent`, the innermost at most `max_innermost_factor`.
+
+    Each factor is a uniformly chosen divisor of what remains, innermost first,
+    so every perfect tiling has a chance.
+    """
+    factors = [1] * n
+    remaining = extent
+    for pos in range(n - 1, 0, -1):
+        choices = divisors(remaining)
+        if pos == n - 1:
+            choices = [d for d in choices if d <= max_innermost_factor] or [1]
+        d = rng.choice(choices)
+        factors[pos] = d
+        remaining //= d
+    factors[0] = remaining
+    return factors
+
+
+def perfect_tile_fits(decision: Sequence[int], extent: int, n: int, max_innermost_factor: int) -> str | None:
+    """None when `decision` is a valid perfect tiling, else why not."""
+    if len(decision) != n or not all(isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in decision):
+        return f"expected {n} positive integer factors, got {list(decision)}"
+    if math.prod(decision) != extent:
+        return f"factors {list(decision)} multiply to {math.prod(decision)}, not the extent {extent}"
+    if decision[-1] > max_innermost_factor:
+        return f"innermost factor {decision[-1]} exceeds max_innermost_factor {max_innermost_factor}"
+    return None
+
+
+def repair_perfect_tile(decision: Sequence[int], extent: int, n: int, max_innermost_factor: int) -> list[int]:
+    """The valid tiling nearest to `decision`: each inner factor becomes the divisor of
+    what remains closest to the old one (ties to the smaller); the outermost takes the rest.
+    """
+    old = list(decision) + [1] * max(0, n - len(decision))
+    old = old[-n:] if len(old) > n else old
+    factors = [1] * n
+    remaining = extent
+    for pos in range(n - 1, 0, -1):
+        choices = divisors(remaining)
+        if pos == n - 1:
+            choices = [d for d in choices if d <= max_innermost_factor] or [1]
+        target = old[pos] if isinstance(old[pos], int) and old[pos] > 0 else 1
+        d = min(choices, key=lambda c: (abs(c - target), c))
+        factors[pos] = d
+        remaining //= d
+    factors[0] = remaining
+    return factors
+
+
+def sample_categorical(rng: random.Random, probabilities: Sequence[float]) -> int:
+    return rng.choices(range(len(probabilities)), weights=probabilities, k=1)[0]
