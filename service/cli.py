@@ -49,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition")
     run.add_argument("--threads", type=_positive_int, default=1, help="threads (default 1)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
+
+    export = sub.add_parser("export", help="write a kernel as code a C program links (.so + .h, .o, .ll, .s)")
+    export.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")
+    export.add_argument("--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition")
+    export.add_argument("--trace", metavar="FILE", help="export this trace (arrives with the traces issue)")
+    export.add_argument("--threads", type=_positive_int, default=None, metavar="N", help="threads (default 1, or the target's)")
+    export.add_argument("--target", metavar="T", default="host", help="'host' (default) or 'llvm -mcpu=... -mattr=...'")
+    export.add_argument("--name", metavar="SYMBOL", help="C function name (default: the operator's name)")
+    export.add_argument("--format", dest="fmt", required=True, choices=("so", "obj", "ll", "asm"), help="what to write")
+    export.add_argument("-o", dest="output", required=True, metavar="FILE", help="output file (-o libx.so also writes libx.h)")
     return p
 
 
@@ -167,6 +177,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write the kernel of a workload as a .so (+ header), .o, .ll or .s.
+
+    DESIGN.md's order of choice is the stored best record, else the given
+    trace, else the default loop nest. The tuning database and traces do not
+    exist yet, so the default loop nest is exported, and `--trace` is refused
+    as a user error rather than silently ignored.
+    """
+    from codegen.export import check_request, export_kernel
+    from codegen.target import Target
+
+    if args.trace is not None:
+        raise UsageError(
+            f"--trace {args.trace}: exporting a trace is not possible yet (traces arrive with "
+            "the traces issue); omit --trace to export the default loop nest"
+        )
+    task = resolve_task(args.workload, args.workload_file)
+    target = _export_target(args.target, args.threads)
+    symbol = args.name if args.name is not None else task.op
+    check_request(symbol, args.fmt, args.output)  # a refused export prints only its error
+    if not target.is_host:
+        _log(f"compiling for {target.canonical()}, not this machine's CPU ({Target.host().cpu})")
+    _log("exporting the default loop nest (no stored record, no trace given)")
+    written = export_kernel(task.program, target, symbol=symbol, fmt=args.fmt, output=args.output)
+    _log("wrote " + ", ".join(str(path) for path in written))
+    return 0
+
+
+def _export_target(text: str, threads: int | None):
+    """`--target` with `--threads` applied; the two may not disagree on the thread count."""
+    from codegen.target import Target
+
+    target = Target.parse(text)
+    if threads is None:
+        return target
+    if "-num-threads=" in text and target.num_threads != threads:
+        raise UsageError(
+            f"--threads {threads} contradicts -num-threads={target.num_threads} in --target"
+        )
+    return target.with_threads(threads)
+
+
 def _params_text(params: dict[str, int]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
@@ -196,7 +248,7 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-COMMANDS = {"ops": cmd_ops, "run": cmd_run}
+COMMANDS = {"ops": cmd_ops, "run": cmd_run, "export": cmd_export}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,345 @@
+"""A program as code a C program links: ``.so`` + header, ``.o``, ``.ll`` or ``.s``.
+
+The exported function is the one :mod:`codegen.emit` writes for the JIT::
+
+    int SYMBOL(const float* A, const float* B, float* C);  // inputs, then outputs
+
+so an exported kernel and a JIT-ed one are the same code (same IR text, same
+compile cache entry). A ``.so`` is linked by the system C compiler driver
+(``cc``) against libc, libm and libpthread only; the header next to it
+documents every parameter's shape and dtype, because a C pointer carries
+neither.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from codegen.emit import emit_module
+from codegen.jit import (
+    CompiledModule,
+    LinkerNotFoundError,
+    LinkError,
+    compile_ir,
+    link_shared_library,
+    undefined_symbols,
+    write_assembly,
+    write_llvm_ir,
+    write_object,
+)
+from codegen.target import Target
+from ir.errors import LoomtuneError
+from ir.lower import lower
+from ir.program import Program
+
+__all__ = [
+    "C_TYPES",
+    "FORMATS",
+    "ExportError",
+    "c_header",
+    "check_request",
+    "check_symbol",
+    "export_kernel",
+    "header_path",
+]
+
+FORMATS = ("so", "obj", "ll", "asm")
+"""What :func:`export_kernel` writes: shared library (+ header), object, optimised LLVM IR, assembly."""
+
+C_TYPES = {
+    "float32": "float",
+    "float64": "double",
+    "int8": "int8_t",
+    "uint8": "uint8_t",
+    "int16": "int16_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
+    "bool": "uint8_t",  # stored as one byte, 0 or 1 (codegen.emit.memory_type)
+}
+"""The C element type of each loomtune dtype, as the header spells it."""
+
+
+_NO_CC = (
+    "the system C compiler `cc` is needed to link a .so and none is on PATH; "
+    "install one, or use --format obj and link the object yourself"
+)
+
+
+class ExportError(LoomtuneError):
+    """An export that cannot be done as asked: bad symbol or format, no ``cc``, a failed link."""
+
+
+# ---------------------------------------------------------------------------
+# Names
+
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# C (up to C23) and C++ keywords: the header is read by both languages.
+_KEYWORDS = frozenset({
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+    "union", "unsigned", "void", "volatile", "while", "bool", "true", "false", "nullptr",
+    "alignas", "alignof", "constexpr", "static_assert", "thread_local", "typeof", "typeof_unqual",
+    "asm", "catch", "class", "const_cast", "decltype", "delete", "dynamic_cast", "explicit",
+    "export", "friend", "mutable", "namespace", "new", "noexcept", "operator", "private",
+    "protected", "public", "reinterpret_cast", "static_cast", "template", "this", "throw", "try",
+    "typeid", "typename", "using", "virtual", "wchar_t", "char8_t", "char16_t", "char32_t",
+    "concept", "consteval", "constinit", "co_await", "co_return", "co_yield", "requires", "and",
+    "and_eq", "bitand", "bitor", "compl", "not", "not_eq", "or", "or_eq", "xor", "xor_eq",
+})  # fmt: skip
+
+# Macros <stdint.h> defines: a parameter so named would be macro-expanded in the header.
+_STDINT_MACRO = re.compile(
+    r"U?INT(?:_LEAST|_FAST)?[0-9]+_(?:MAX|MIN|C|WIDTH)|U?INTMAX_(?:MAX|MIN|C|WIDTH)"
+    r"|U?INTPTR_(?:MAX|MIN|WIDTH)|(?:PTRDIFF|SIZE|WCHAR|WINT|SIG_ATOMIC)_(?:MAX|MIN|WIDTH)"
+)
+
+# Functions generated code calls (codegen.emit, codegen.mathfn, codegen.parallel),
+# and `main`. A kernel exported under one of these names would replace the C
+# library's function for the whole program that links it.
+_LIBRARY_NAMES = frozenset({
+    "main", "aligned_alloc", "malloc", "calloc", "realloc", "free", "memset", "memcpy", "memmove",
+    "exp", "expf", "log", "logf", "sqrt", "sqrtf", "tanh", "tanhf", "floor", "floorf",
+    "pthread_create", "pthread_join",
+})  # fmt: skip
+
+
+def _c_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be an identifier in a C/C++ header, or None when it can."""
+    if not _C_IDENTIFIER.fullmatch(name):
+        return "a C name is ASCII letters, digits and underscores, not starting with a digit"
+    if name in _KEYWORDS:
+        return "it is a C or C++ keyword"
+    if name.startswith("__") or (name[0] == "_" and name[1:2].isupper()):
+        return "names starting with __ or _ and a capital are reserved for the C implementation"
+    return None
+
+
+def check_symbol(symbol: str) -> None:
+    """Refuse a function name a C program could not declare or link safely."""
+    problem = _c_name_problem(symbol)
+    if problem is None and symbol in _LIBRARY_NAMES:
+        problem = "the C library already defines it (the kernel would replace it)"
+    if problem is not None:
+        raise ExportError(f"invalid symbol name {symbol!r}: {problem}; choose another with --name")
+
+
+def _parameter_names(program: Program) -> list[str]:
+    """Parameter names for the declaration: the buffer's own where C accepts it.
+
+    A custom workload's tensor may be called ``int`` or ``λ`` (Python
+    identifiers); such a parameter is declared as ``argN`` and the comment
+    block keeps its real name.
+    """
+    usable = [
+        _c_name_problem(buf.name) is None and not _STDINT_MACRO.fullmatch(buf.name)
+        for buf in program.params
+    ]
+    taken = {buf.name for buf, ok in zip(program.params, usable) if ok}
+    names = []
+    for i, (buf, ok) in enumerate(zip(program.params, usable)):
+        name = buf.name
+        if not ok:
+            name = f"arg{i}"
+            while name in taken:  # a tensor may itself be called arg0
+                name += "_"
+            taken.add(name)
+        names.append(name)
+    return names
+
+
+def header_path(output: str | Path) -> Path:
+    """The header written next to a shared library: ``libx.so`` -> ``libx.h``."""
+    return Path(output).with_suffix(".h")
+
+
+# ---------------------------------------------------------------------------
+# The header
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "".join(f"[{d}]" for d in shape) if shape else " (scalar)"
+
+
+def _wrap_target(target: Target, width: int = 68) -> list[str]:
+    """The canonical target string over several lines, broken only between features."""
+    lines = [f"llvm -mcpu={target.cpu}"]
+    if target.features:
+        line = "-mattr="
+        for i, feature in enumerate(target.features):
+            piece = feature + ("," if i < len(target.features) - 1 else "")
+            if len(line) + len(piece) > width:
+                lines.append(line)
+                line = "  "
+            line += piece
+        lines.append(line)
+    lines.append(f"-num-threads={target.num_threads}")
+    return lines
+
+
+def c_header(program: Program, symbol: str, *, target: Target | None = None) -> str:
+    """A C/C++ header declaring ``symbol`` with every parameter documented.
+
+    Pointers say nothing of shapes, so the comment block is the contract: the
+    order, shape, dtype and direction of each buffer. ``target``, when given,
+    is recorded because the code runs only on CPUs with its features.
+    """
+    check_symbol(symbol)
+    for buf in program.params:
+        if buf.dtype not in C_TYPES:
+            raise ExportError(f"parameter {buf.name}: dtype {buf.dtype} has no C type")
+    names = _parameter_names(program)
+    n_inputs = len(program.inputs)
+    guard = f"LOOMTUNE_{symbol}_H"
+
+    doc = [
+        f"{symbol}: generated by loomtune from {program.name!r}.",
+    ]
+    if target is not None:
+        # The feature list is long: wrap it so the header reads in an editor.
+        doc.append("Compiled for (runs only on CPUs with these features):")
+        doc += ["  " + line for line in _wrap_target(target)]
+    doc += [
+        "",
+        "Parameters, in call order (dense row-major arrays; outputs must not",
+        "overlap any other buffer):",
+    ]
+    width = max((len(n) for n in names), default=0)
+    for i, (buf, name) in enumerate(zip(program.params, names)):
+        role = "input " if i < n_inputs else "output"
+        shape = buf.concrete_shape()
+        line = f"  {name.ljust(width)}  {role}  {buf.dtype}{_dims(shape)}"
+        if name != buf.name:
+            line += f"  (tensor {buf.name!r})"
+        if buf.dtype == "bool":
+            line += "  (one byte, 0 or 1)"
+        doc.append(line)
+    doc += [
+        "",
+        "Returns 0 on success, -1 if a scratch allocation failed.",
+        "Needs only libc, libm and libpthread.",
+    ]
+
+    params = []
+    for i, (buf, name) in enumerate(zip(program.params, names)):
+        const = "const " if i < n_inputs else ""
+        params.append(f"{const}{C_TYPES[buf.dtype]}* {name}")
+    lines = [
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        "#include <stdint.h>",
+        "",
+        "/*",
+        *[f" * {line}".rstrip() for line in doc],
+        " */",
+        "",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
+        f"int {symbol}({', '.join(params) if params else 'void'});",
+        "",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "",
+        f"#endif /* {guard} */",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Export
+
+
+def _compile(program: Program, target: Target, symbol: str) -> CompiledModule:
+    """Lower, emit and compile exactly as :func:`codegen.kernel.compile_program` does."""
+    lowered = lower(program)
+    text = emit_module(
+        lowered, symbol, num_threads=target.num_threads, vector_bits=target.vector_bits
+    )
+    # emit's `declare` reuses a global of the same name: a kernel named like a
+    # function it calls would call itself. _LIBRARY_NAMES covers today's calls;
+    # this catches any added later.
+    probe = emit_module(
+        lowered, "loomtune_probe", num_threads=target.num_threads, vector_bits=target.vector_bits
+    )
+    if symbol in undefined_symbols(probe):
+        raise ExportError(
+            f"invalid symbol name {symbol!r}: the kernel itself calls {symbol}; choose another with --name"
+        )
+    return compile_ir(text, target)
+
+
+def _link(module: CompiledModule, output: Path) -> None:
+    """Object to a temporary file, then ``cc -shared`` it into ``output``."""
+    with tempfile.TemporaryDirectory(prefix="loomtune-export-") as tmp:
+        obj = write_object(module, Path(tmp) / f"{output.stem}.o")
+        try:
+            link_shared_library(obj, output)
+        except LinkerNotFoundError:
+            raise ExportError(_NO_CC) from None
+        except LinkError as exc:
+            raise ExportError(str(exc).splitlines()[0]) from None
+
+
+def check_request(symbol: str, fmt: str, output: str | Path) -> None:
+    """Everything about an export that can be refused before compiling anything.
+
+    The CLI calls it first so that a refused export prints only its error line.
+    """
+    check_symbol(symbol)
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    output = Path(output)
+    if not output.parent.is_dir():
+        raise ExportError(f"cannot write {output}: directory {output.parent} does not exist")
+    if fmt == "so" and header_path(output) == output:
+        raise ExportError(
+            f"cannot write {output}: the header would overwrite it (name the library *.so)"
+        )
+    if fmt == "so" and shutil.which("cc") is None:
+        raise ExportError(_NO_CC)
+
+
+def export_kernel(
+    program: Program,
+    target: Target,
+    *,
+    symbol: str | None = None,
+    fmt: str,
+    output: str | Path,
+) -> list[Path]:
+    """Compile ``program`` for ``target`` and write it as ``fmt``; returns the paths written.
+
+    ``symbol`` defaults to the program's name. ``so`` also writes the header
+    (:func:`header_path`); the other formats write one file. ``target`` may
+    name another CPU than this one: nothing here runs the code.
+    """
+    symbol = program.name if symbol is None else symbol
+    check_request(symbol, fmt, output)
+    output = Path(output)
+    header = header_path(output)
+    header_text = c_header(program, symbol, target=target) if fmt == "so" else ""
+
+    module = _compile(program, target, symbol)
+    writers: dict[str, Callable[[CompiledModule, Path], Path]] = {
+        "obj": write_object,
+        "ll": write_llvm_ir,
+        "asm": write_assembly,
+    }
+    try:
+        if fmt == "so":
+            _link(module, output)
+            header.write_text(header_text)
+            return [output, header]
+        return [writers[fmt](module, output)]
+    except OSError as exc:
+        raise ExportError(f"cannot write {exc.filename or output}: {exc.strerror or exc}") from None
