@@ -50,10 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=_positive_int, default=1, help="threads (default 1)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
 
+    apply = sub.add_parser("apply", help="replay a trace file, verify, time against numpy")
+    apply.add_argument("trace", metavar="TRACE.json", help="a trace file (loomtune.trace/1)")
+    apply.add_argument("params", nargs="*", metavar="k=v", help="other parameters of the same workload")
+    apply.add_argument("--repair", action="store_true", help="re-choose decisions that no longer fit")
+    apply.add_argument("--threads", type=_positive_int, default=None, metavar="N", help="threads (default: the trace's)")
+    apply.add_argument("--json", action="store_true", help="print one JSON object")
+
     export = sub.add_parser("export", help="write a kernel as code a C program links (.so + .h, .o, .ll, .s)")
     export.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")
     export.add_argument("--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition")
-    export.add_argument("--trace", metavar="FILE", help="export this trace (arrives with the traces issue)")
+    export.add_argument("--trace", metavar="FILE", help="export this trace file's schedule")
     export.add_argument("--threads", type=_positive_int, default=None, metavar="N", help="threads (default 1, or the target's)")
     export.add_argument("--target", metavar="T", default="host", help="'host' (default) or 'llvm -mcpu=... -mattr=...'")
     export.add_argument("--name", metavar="SYMBOL", help="C function name (default: the operator's name)")
@@ -142,23 +149,61 @@ def _tensor_text(t: dict[str, Any]) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from codegen.kernel import compile_program
     from codegen.target import Target
+
+    task = resolve_task(args.workload, args.workload_file)
+    return _run_and_report(task, task.program, Target.host(args.threads), as_json=args.json)
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    """Replay a trace file (on other parameters with --repair), verify, time against numpy."""
+    from codegen.target import Target
+    from tuner.trace.errors import TraceError
+    from tuner.trace.file import TraceFile
+
+    trace_file = TraceFile.load(args.trace)
+    _, overrides = parse_workload_args(["_", *args.params], None)
+    task = trace_file.task(overrides)
+    recorded = _trace_target(trace_file.target)
+    threads = args.threads if args.threads is not None else recorded.num_threads
+    target = Target.host(threads)
+    if recorded.cpu != target.cpu:
+        _log(f"warning: the trace was made for {recorded.cpu}; compiling for this machine ({target.cpu})")
+    try:
+        program = trace_file.trace.apply(task.program, repair=args.repair).program
+    except TraceError as e:
+        hint = " (pass --repair)" if "repair" in str(e) and not args.repair else ""
+        raise TraceError(f"{args.trace}: {e}{hint}") from None
+    return _run_and_report(task, program, target, as_json=args.json)
+
+
+def _trace_target(text: str):
+    from codegen.target import Target
+    from tuner.trace.errors import TraceError
+
+    try:
+        return Target.parse(text)
+    except LoomtuneError as e:
+        raise TraceError(f"trace file target: {e}") from None
+
+
+def _run_and_report(task: Any, program: Any, target: Any, *, as_json: bool) -> int:
+    """Compile `program`, verify it, time it against numpy; print the run/apply result."""
+    from codegen.kernel import compile_program
     from ir.task import gflops
     from workers.compare import compare_with_numpy
 
-    task = resolve_task(args.workload, args.workload_file)
-    target = Target.host(args.threads)
+    threads = target.num_threads
     _log(f"compiling {task.op} {_params_text(task.params)} for {target.cpu} ...")
-    kernel = compile_program(task.program, target)
+    kernel = compile_program(program, target)
     _log("verifying against numpy and timing (interleaved) ...")
-    cmp = compare_with_numpy(kernel, task, threads=args.threads)
+    cmp = compare_with_numpy(kernel, task, threads=threads)
     result = {
         "op": task.op,
         "params": task.params,
         "workload_key": task.key,
         "target": target.canonical(),
-        "threads": args.threads,
+        "threads": threads,
         "correct": cmp.correct,
         "latency_ms": cmp.latency_ms,
         "gflops": gflops(task.flops, cmp.latency_ms) if cmp.latency_ms else None,
@@ -167,7 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     if not cmp.correct:
         result["error"] = cmp.message
-    if args.json:
+    if as_json:
         _print_json(result)
     else:
         _print_result_table(result)
@@ -181,26 +226,31 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Write the kernel of a workload as a .so (+ header), .o, .ll or .s.
 
     DESIGN.md's order of choice is the stored best record, else the given
-    trace, else the default loop nest. The tuning database and traces do not
-    exist yet, so the default loop nest is exported, and `--trace` is refused
-    as a user error rather than silently ignored.
+    trace, else the default loop nest; the tuning database does not exist yet,
+    so it is the trace when one is given, else the default loop nest.
     """
     from codegen.export import check_request, export_kernel
     from codegen.target import Target
+    from tuner.trace.errors import TraceError
+    from tuner.trace.file import TraceFile
 
-    if args.trace is not None:
-        raise UsageError(
-            f"--trace {args.trace}: exporting a trace is not possible yet (traces arrive with "
-            "the traces issue); omit --trace to export the default loop nest"
-        )
     task = resolve_task(args.workload, args.workload_file)
     target = _export_target(args.target, args.threads)
     symbol = args.name if args.name is not None else task.op
     check_request(symbol, args.fmt, args.output)  # a refused export prints only its error
+    program = task.program
+    if args.trace is not None:
+        try:
+            program = TraceFile.load(args.trace).trace.apply(task.program).program
+        except TraceError as e:
+            raise TraceError(f"{args.trace}: {e}") from None
     if not target.is_host:
         _log(f"compiling for {target.canonical()}, not this machine's CPU ({Target.host().cpu})")
-    _log("exporting the default loop nest (no stored record, no trace given)")
-    written = export_kernel(task.program, target, symbol=symbol, fmt=args.fmt, output=args.output)
+    if args.trace is not None:
+        _log(f"exporting the schedule of trace {args.trace} (no stored record)")
+    else:
+        _log("exporting the default loop nest (no stored record, no trace given)")
+    written = export_kernel(program, target, symbol=symbol, fmt=args.fmt, output=args.output)
     _log("wrote " + ", ".join(str(path) for path in written))
     return 0
 
@@ -248,7 +298,7 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-COMMANDS = {"ops": cmd_ops, "run": cmd_run, "export": cmd_export}
+COMMANDS = {"ops": cmd_ops, "run": cmd_run, "apply": cmd_apply, "export": cmd_export}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
