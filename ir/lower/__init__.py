@@ -7,6 +7,8 @@ The pipeline, in order (each pass is IR -> IR, in a file of its own):
   4. compact         intermediates allocated inside the loop that uses them, at tile size
   5. flatten         n-d buffer accesses become row-major offsets
   6. simplify        constant folding, linear index forms, range-aware rules
+  7. partition       loops under an imperfect-tile guard split into a guard-free
+                     main part and a guarded tail
 Codegen compiles the result, and the tuner's features read the same program.
 """
 
@@ -19,6 +21,7 @@ from ir.lower.blocks_to_loops import blocks_to_loops
 from ir.lower.compact import compact_buffers
 from ir.lower.flatten import flatten
 from ir.lower.guards import insert_guards
+from ir.lower.partition import partition_loops
 from ir.lower.reduction_init import lower_reduction_init
 from ir.lower.simplify import simplify
 from ir.program import Program
@@ -30,6 +33,7 @@ PASSES: tuple[Callable[[Program], Program], ...] = (
     compact_buffers,
     flatten,
     simplify,
+    partition_loops,
 )
 
 
