@@ -218,19 +218,38 @@ def _set_kind(program: Program, loop: str, kind: str) -> Program:
                     f'loop {loop}: feeds a reduction axis of block "{r.block.name}"; '
                     f"only data-parallel loops can be {kind}"
                 )
-            _check_disjoint_writes(r, lp, kind)
+            _check_disjoint_writes(program, r, lp, kind)
     return replace_loop(program, loop, lambda f: replace(f, kind=kind))
 
 
-def _check_disjoint_writes(r: BlockRealize, lp: For, kind: str) -> None:
-    """Different iterations must write different elements."""
+def _check_disjoint_writes(program: Program, r: BlockRealize, lp: For, kind: str) -> None:
+    """Different iterations of `lp` must write different elements of every buffer.
+
+    The region one iteration writes (relaxed over the loops between `lp` and the
+    block) must move by at least its extent, in some dimension, from one iteration
+    to the next.
+    """
+    from ir.lower.simplify import _linear
+    from ir.schedule.analysis import loop_ranges, relaxed_region
+
+    chain = loops_above(program, r.block.name)
+    inner = chain[[f.var.name for f in chain].index(lp.var.name) + 1 :]
+    relax = loop_ranges(inner)
     binds = bindings(r)
     for w in r.block.writes:
-        index_vars = {v for rng in w.region for v in walk(rng.min) if isinstance(v, Var)}
-        if not any(mentions(binds.get(v, v), lp.var) for v in index_vars if v in binds):
+        shape = w.buffer.concrete_shape()
+        idx = tuple(substitute(rng.min, binds) for rng in w.region)
+        region = relaxed_region(idx, relax, shape)  # type: ignore[arg-type]
+        ok = False
+        for mn, ext in region:
+            lin = _linear(mn)
+            if lin is not None and abs(lin[0].get(lp.var, 0)) >= ext:
+                ok = True
+                break
+        if not ok:
             raise ScheduleError(
-                f'loop {lp.var.name}: block "{r.block.name}" writes the same {w.buffer.name} '
-                f"elements in every iteration; the loop cannot be {kind}"
+                f'loop {lp.var.name}: block "{r.block.name}" writes overlapping parts of {w.buffer.name} '
+                f"in different iterations; the loop cannot be {kind}"
             )
 
 
