@@ -11,7 +11,6 @@ from dataclasses import replace
 from typing import Any
 
 from ir.expr import Const, Expr, Var, binary, logical_and
-from ir.node import walk
 from ir.program import TRUE, BlockRealize, For, Program, annotations
 from ir.schedule.analysis import bindings, binds_reduce, mentions
 from ir.schedule.state import (
