@@ -82,10 +82,13 @@ def decode_arg(value: Any, where: str) -> Any:
         if set(value) == {"rv"} and isinstance(value["rv"], str):
             return RV(value["rv"])
         if "node" in value:
+            import ir.schedule.layout  # noqa: F401  (registers IndexMap, the one node traces carry)
+            from ir.errors import DefinitionError
+
             try:
                 return decode(value, where)
-            except Exception as e:  # DefinitionError from the IR decoder
-                raise TraceError(f"{where}: {e}") from None
+            except DefinitionError as e:
+                raise TraceError(str(e)) from None
         raise TraceError(f"{where}: unexpected object {sorted(value)}")
     if value is None or isinstance(value, bool | int | float | str):
         return value
