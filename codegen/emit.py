@@ -416,9 +416,11 @@ class FunctionEmitter:
             if op == "div":
                 return b.fdiv(a, c, flags=FAST)
             if op in ("max", "min"):
-                # NaN-propagating like numpy: a NaN first operand wins.
-                pick = b.fcmp_unordered(">" if op == "max" else "<", a, c)
-                return b.select(pick, a, c)
+                # llvm.maximum/minimum propagate NaN like numpy, and LLVM vectorizes
+                # them as reductions (an fcmp + select chain it does not).
+                ty = a.type
+                fn = self.m.declare(f"llvm.{op}imum.{mathfn.type_suffix(ty)}", ty, [ty, ty])
+                return b.call(fn, [a, c])
         else:
             signed = dt.is_signed(t)
             if op in _CMP:

@@ -81,8 +81,10 @@ class Kernel:
         """A zero-argument callable with the arguments checked once (for timing loops)."""
         ptrs = self.check(arrays)
         fn = self._fn
+        keepalive = (self, arrays)  # the machine code and the arrays must outlive the callable
 
         def call() -> int:
+            assert keepalive
             return fn(*ptrs)
 
         return call

@@ -60,27 +60,41 @@ def emit_parallel_loop(f: FunctionEmitter, loop: For) -> None:
     def field_ptr(builder: ll.IRBuilder, task: ll.Value, i: int) -> ll.Value:
         return builder.gep(task, [ll.Constant(I32, 0), ll.Constant(I32, i)], inbounds=True, source_etype=task_ty)
 
-    # 1. the outlined worker: ptr worker(ptr task)
-    worker = ll.Function(m.module, ll.FunctionType(PTR, [PTR]), name=m.fresh_function_name("par"))
-    worker.linkage = "internal"
-    task_arg = worker.args[0]
-    w = FunctionEmitter(m, worker, Scope(), in_parallel=True)
-    wb = w.builder
-    for i, name in enumerate(buffers):
-        w.scope.buffers[name] = wb.load(field_ptr(wb, task_arg, i), typ=PTR, name=name)
-    for j, var in enumerate(variables):
-        w.scope.vars[var] = wb.load(field_ptr(wb, task_arg, len(buffers) + j), typ=I64, name=var.name)
-    start = wb.load(field_ptr(wb, task_arg, start_i), typ=I64)
-    end = wb.load(field_ptr(wb, task_arg, end_i), typ=I64)
+    # 1. the outlined body: i32 body(ptr noalias buffers..., i64 variables..., i64 start, i64 end).
+    #    Captured buffers are distinct allocations, so they keep `noalias`; loading
+    #    them from the task struct instead would lose it (and with it LLVM's
+    #    freedom to keep accumulators in registers).
+    body_ty = ll.FunctionType(I32, [PTR] * len(buffers) + [I64] * len(variables) + [I64, I64])
+    body_fn = ll.Function(m.module, body_ty, name=m.fresh_function_name("body"))
+    body_fn.linkage = "internal"
+    w = FunctionEmitter(m, body_fn, Scope(), in_parallel=True)
+    args = list(body_fn.args)
+    for arg, name in zip(args, buffers):
+        arg.name = name
+        arg.add_attribute("noalias")
+        w.scope.buffers[name] = arg
+    for arg, var in zip(args[len(buffers) :], variables):
+        arg.name = var.name
+        w.scope.vars[var] = arg
+    start, end = args[-2], args[-1]
     with w.for_range(loop.var.name, start, end) as iv:
         w.scope.vars[loop.var] = iv
         w.stmt(loop.body)
-    wb.store(ll.Constant(I32, 0), field_ptr(wb, task_arg, status_i))
-    wb.ret(ll.Constant(PTR, None))
-    fail = ll.IRBuilder(w.fail_block)
-    fail.store(ll.Constant(I32, -1), field_ptr(fail, task_arg, status_i))
-    fail.ret(ll.Constant(PTR, None))
+    w.builder.ret(ll.Constant(I32, 0))
+    ll.IRBuilder(w.fail_block).ret(ll.Constant(I32, -1))
     w.finish_entry()
+
+    #    ... and the pthread entry point: ptr worker(ptr task) unpacks the task.
+    worker = ll.Function(m.module, ll.FunctionType(PTR, [PTR]), name=m.fresh_function_name("par"))
+    worker.linkage = "internal"
+    task_arg = worker.args[0]
+    wb = ll.IRBuilder(worker.append_basic_block("entry"))
+    values = [wb.load(field_ptr(wb, task_arg, i), typ=PTR) for i in range(len(buffers))]
+    values += [wb.load(field_ptr(wb, task_arg, len(buffers) + j), typ=I64) for j in range(len(variables))]
+    values += [wb.load(field_ptr(wb, task_arg, start_i), typ=I64), wb.load(field_ptr(wb, task_arg, end_i), typ=I64)]
+    status = wb.call(body_fn, values)
+    wb.store(status, field_ptr(wb, task_arg, status_i))
+    wb.ret(ll.Constant(PTR, None))
 
     # 2. fork: fill one task per thread, start threads 1..T-1, run chunk 0 here
     tasks = f.alloca(task_ty, threads, name=f"{loop.var.name}.tasks")

@@ -1,0 +1,330 @@
+"""Tables from result files: plain text for the terminal, markdown for README.md.
+
+The README's results section is generated only from committed result files
+(the newest full run of each suite), so every published number comes with the
+command, seed and machine that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+BEGIN = "<!-- results:begin -->"
+END = "<!-- results:end -->"
+HEADING = "## Results"
+README = Path(__file__).resolve().parent.parent / "README.md"
+SUITE_ORDER = ("default", "loopkinds", "compile")
+
+Table = tuple[list[str], list[list[str]]]
+
+
+# -- numbers ---------------------------------------------------------------------------
+
+
+def fmt_ms(value: float | None) -> str:
+    """About 3 significant digits, never in exponent notation."""
+    if value is None:
+        return "–"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}"
+
+
+def fmt_correct(row: dict[str, Any]) -> str:
+    return "yes" if row["correct"] else "**no**"
+
+
+# Marks a row timed while other processes used a noticeable share of the CPUs.
+CONTENDED_MARK = "†"
+
+
+def fmt_case(row: dict[str, Any]) -> str:
+    return row["case"] + (f" {CONTENDED_MARK}" if row.get("contended") else "")
+
+
+def contention_note(result: dict[str, Any]) -> str | None:
+    """A footnote for flagged rows, or None when every row was timed undisturbed."""
+    flagged = [r for r in result["rows"] if r.get("contended")]
+    if not flagged:
+        return None
+    worst = max(r["others_load"]["others"] + r["others_load"]["steal"] for r in flagged)
+    return (
+        f"{CONTENDED_MARK} timed while other processes (or the hypervisor) used more than "
+        f"{result.get('contended_threshold', 0.1):.0%} of the machine's CPU time (up to {worst:.0%}): "
+        "read these rows with care."
+    )
+
+
+# -- tables ----------------------------------------------------------------------------
+
+
+def timed_table(result: dict[str, Any]) -> Table:
+    """One row per case: loomtune and numpy side by side."""
+    headers = ["case", "schedule", "threads", "loomtune ms", "numpy ms", "ratio", "GFLOP/s", "compile ms", "correct"]  # fmt: skip
+    rows = [
+        [
+            fmt_case(r),
+            r["schedule"],
+            str(r["threads"]),
+            fmt_ms(r["latency_ms"]),
+            fmt_ms(r["numpy_ms"]),
+            fmt_ratio(r["ratio"]),
+            "–" if r["gflops"] is None else f"{r['gflops']:.2f}",
+            fmt_ms(r["compile_ms"]),
+            fmt_correct(r),
+        ]
+        for r in result["rows"]
+    ]
+    return headers, rows
+
+
+def fmt_speedup(entry: dict[str, Any]) -> str:
+    """``1.57× (1.49–1.66)``: the ratio of medians, then the range over repeats."""
+    if entry["speedup"] is None:
+        return "–"
+    text = f"{entry['speedup']:.2f}×"
+    spread = entry.get("speedup_per_repeat") or []
+    if len(spread) > 1:
+        text += f" ({min(spread):.2f}–{max(spread):.2f})"
+    return text
+
+
+def scaling_table(result: dict[str, Any]) -> Table:
+    """Speed-up of the most threads over the fewest, per interleaved group."""
+    headers = ["program", "threads", "ms", "speed-up (range over repeats)", "goal"]
+    rows = []
+    for s in result.get("scaling", []):
+        goal = (
+            "–" if s["goal"] is None else f"≥ {s['goal']:g}× ({'met' if s['met'] else 'not met'})"
+        )
+        rows.append(
+            [
+                s["group"] + (f" {CONTENDED_MARK}" if s.get("contended") else ""),
+                " vs ".join(str(t) for t in s["threads"]),
+                " vs ".join(fmt_ms(ms) for ms in s["latency_ms"]),
+                fmt_speedup(s),
+                goal,
+            ]
+        )
+    return headers, rows
+
+
+def compile_table(result: dict[str, Any]) -> Table:
+    """One row per case: median cold compile and where the time goes."""
+    headers = ["case", "schedule", "threads", "compile ms (median)", "min–max", "lower", "emit", "LLVM", "IR lines", "correct", "goal"]  # fmt: skip
+    rows = []
+    for r in result["rows"]:
+        if "compile_times_ms" not in r:  # failed to compile: no times
+            rows.append(
+                [fmt_case(r), r["schedule"], str(r["threads"]), *["–"] * 6, fmt_correct(r), "–"]
+            )
+            continue
+        times = r["compile_times_ms"]
+        phases = r["phases_ms"]
+        goal = "–"
+        if r["goal_ms"] is not None:
+            goal = f"< {r['goal_ms']:g} ms ({'met' if r['met'] else 'not met'})"
+        rows.append(
+            [
+                fmt_case(r),
+                r["schedule"],
+                str(r["threads"]),
+                fmt_ms(r["compile_ms"]),
+                f"{fmt_ms(min(times))}–{fmt_ms(max(times))}",
+                fmt_ms(phases["lower"]),
+                fmt_ms(phases["emit"]),
+                fmt_ms(phases["llvm"]),
+                str(r["ir_lines"]),
+                fmt_correct(r),
+                goal,
+            ]
+        )
+    return headers, rows
+
+
+def tables(result: dict[str, Any]) -> list[tuple[str | None, Table, str | None]]:
+    """(caption, table, footnote) triples for one result."""
+    note = contention_note(result)
+    if result["kind"] == "compile":
+        return [(None, compile_table(result), note)]
+    out: list[tuple[str | None, Table, str | None]] = [(None, timed_table(result), note)]
+    if result.get("scaling"):
+        caption = "Threads, timed interleaved with each other in the same run:"
+        out.append((caption, scaling_table(result), None))
+    return out
+
+
+def markdown_table(table: Table) -> str:
+    headers, rows = table
+    numeric = [all(_is_number(row[i]) for row in rows) and bool(rows) for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |"]
+    lines.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def text_table(table: Table) -> str:
+    headers, rows = table
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    numeric = [all(_is_number(row[i]) for row in rows) and bool(rows) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric)
+        ).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.rstrip("×"))
+    except ValueError:
+        return cell == "–"
+    return True
+
+
+# -- what the README says about a run --------------------------------------------------
+
+
+def machine_line(result: dict[str, Any]) -> str:
+    """CPU, cores, numpy's BLAS, LLVM, versions and date: enough to judge the numbers."""
+    m = result["machine"]
+    blas = "; ".join(
+        " ".join(
+            str(part)
+            for part in (
+                lib.get("internal_api", "?"),
+                lib.get("version", ""),
+                f"({lib['architecture']} kernels)" if lib.get("architecture") else "",
+            )
+            if part
+        )
+        for lib in m.get("blas", [])
+    )
+    cpu = (
+        result.get("target", "").split()[1].removeprefix("-mcpu=") if result.get("target") else "?"
+    )
+    return (
+        f"{m['cpu_model']} ({cpu}), {m['logical_cores']} logical cores ({m['usable_cores']} usable) · "
+        f"numpy {m['numpy']} with {blas or 'no BLAS found'} · LLVM {m['llvm']} (llvmlite {m['llvmlite']}) · "
+        f"Python {m['python']} · loomtune {result['loomtune_version']}"
+    )
+
+
+def suite_section(result: dict[str, Any], source: str | None = None) -> str:
+    """Markdown for one result: heading, machine and date, its tables."""
+    date = result["utc"].replace("T", " ").removesuffix("Z") + " UTC"
+    parts = [f"### {result['suite']} — {result['description']}", ""]
+    parts.append(f"{machine_line(result)}  ")
+    where = f" · `{source}`" if source else ""
+    quick = " · **quick (smoke) run**" if result.get("quick") else ""
+    load = result.get("others_load")
+    busy = (
+        f" · other processes used {load['others']:.0%} of the CPU time during the run (hypervisor steal {load['steal']:.0%})"
+        if load
+        else ""
+    )
+    parts.append(f"{date} · `{result['command']}` · seed {result['seed']}{where}{busy}{quick}")
+    for caption, table, note in tables(result):
+        parts.append("")
+        if caption:
+            parts += [caption, ""]
+        parts.append(markdown_table(table))
+        if note:
+            parts += ["", note]
+    return "\n".join(parts)
+
+
+def results_section(results: Iterable[tuple[dict[str, Any], str | None]]) -> str:
+    """The generated part of README.md (between the markers)."""
+    intro = (
+        "Generated by `python -m benchmarks report` from the newest full run of each suite in "
+        "`benchmarks/results/`; do not edit by hand. ratio = numpy ms / loomtune ms "
+        "(> 1: loomtune faster); both are medians of repeats timed interleaved in one run, "
+        "numpy limited to the same number of threads. The kernels are untuned: default loop "
+        "nests or loops marked by hand."
+    )
+    body = [intro]
+    body += [suite_section(result, source) for result, source in results]
+    return "\n\n".join(body)
+
+
+def text_report(result: dict[str, Any]) -> str:
+    """What ``run`` prints on stdout."""
+    parts = [f"{result['suite']}: {result['description']}", machine_line(result)]
+    for caption, table, note in tables(result):
+        parts.append("")
+        if caption:
+            parts.append(caption)
+        parts.append(text_table(table))
+        if note:
+            parts.append(note)
+    return "\n".join(parts)
+
+
+# -- result files and README ---------------------------------------------------------------
+
+
+def load_result(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def newest_results(
+    results_dir: Path, *, include_quick: bool = False
+) -> list[tuple[dict[str, Any], Path]]:
+    """The newest result of each suite (quick smoke runs skipped), in suite order."""
+    newest: dict[str, tuple[dict[str, Any], Path]] = {}
+    for path in sorted(results_dir.glob("*.json")):
+        result = load_result(path)
+        if result.get("quick") and not include_quick:
+            continue
+        suite = result["suite"]
+        if suite not in newest or (result["utc"], path.name) > (
+            newest[suite][0]["utc"],
+            newest[suite][1].name,
+        ):
+            newest[suite] = (result, path)
+    order = {name: i for i, name in enumerate(SUITE_ORDER)}
+    return [newest[s] for s in sorted(newest, key=lambda s: (order.get(s, len(order)), s))]
+
+
+def replace_section(readme: str, generated: str) -> str:
+    """`readme` with the text between the markers replaced; heading and markers appended if missing."""
+    block = f"{BEGIN}\n{generated}\n{END}"
+    start, end = readme.find(BEGIN), readme.find(END)
+    if start != -1 and end > start:
+        return readme[:start] + block + readme[end + len(END) :]
+    return readme.rstrip("\n") + f"\n\n{HEADING}\n\n{block}\n"
+
+
+def update_readme(results_dir: Path, readme: Path = README) -> list[Path]:
+    """Regenerate README.md's results section; returns the result files used."""
+    chosen = newest_results(results_dir)
+    repo = readme.resolve().parent
+    sources = []
+    for _, path in chosen:
+        try:
+            sources.append(str(path.resolve().relative_to(repo)))
+        except ValueError:
+            sources.append(str(path))
+    generated = results_section((r, s) for (r, _), s in zip(chosen, sources))
+    # Read and write back to back: another edit of README.md outside the
+    # markers must survive.
+    readme.write_text(
+        replace_section(readme.read_text(encoding="utf-8"), generated), encoding="utf-8"
+    )
+    return [path for _, path in chosen]
