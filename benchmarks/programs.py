@@ -1,8 +1,8 @@
 """The benchmark cases: a workload, the program that computes it, a thread count.
 
-A case is either an operator's default loop nest or that nest with some loops
-marked parallel / vectorized / unrolled by hand (``with_loop``), which is how
-the loop kinds codegen supports are exercised until tuned schedules exist.
+A case is an operator's default loop nest, that nest with some loops made
+parallel / vectorized / unrolled by schedule primitives, or a hand-written
+trace (the GEMM gate).
 Cases that share a ``group`` are timed interleaved with each other, so their
 ratio (e.g. 2 threads over 1) is not skewed by the machine drifting between
 them.
@@ -11,11 +11,11 @@ them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ir.node import Node, map_children
-from ir.program import For, Program, annotations
+from ir.program import Program
+from ir.schedule import Schedule
 from ir.task import Task, library_task
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "par",
     "unroll",
     "vec",
-    "with_loop",
 ]
 
 
@@ -38,27 +37,6 @@ __all__ = [
 SPEEDUP_GOAL = 1.6
 # ...and the default 1024³ matmul nest compiled (IR to callable) in under this.
 COMPILE_GOAL_MS = 100.0
-
-
-def with_loop(program: Program, loop: str, kind: str, **ann: object) -> Program:
-    """`program` with loop `loop` given `kind` (and annotations); it must exist.
-
-    A copy of ``tests/codegen/loopkit.py``: benchmarks must not import from
-    tests, and this goes away once cases are written as schedules.
-    """
-    found = []
-
-    def visit(n: Node) -> Node:
-        n = map_children(n, visit)
-        if isinstance(n, For) and n.var.name == loop:
-            found.append(n)
-            return replace(n, kind=kind, annotations=annotations({**dict(n.annotations), **ann}))
-        return n
-
-    out = replace(program, body=visit(program.body))
-    if not found:
-        raise ValueError(f"no loop {loop} in {program.name}")
-    return out
 
 
 @dataclass(frozen=True)
@@ -106,10 +84,13 @@ class Case:
     group: str | None = None
     speedup_goal: float | None = None
     compile_goal_ms: float | None = None
+    described: str = ""  # the schedule's name when it is not a list of loop kinds (a trace)
 
     @property
     def schedule(self) -> str:
         """How the program differs from the default nest, for tables."""
+        if self.described:
+            return self.described
         return " ".join(spec.describe() for spec in self.loops) or "default nest"
 
     @property
@@ -130,9 +111,12 @@ def build_case(
 ) -> Case:
     """The library task `op` with `loops` applied to its default nest, in order."""
     task = library_task(op, params)
-    program = task.program
+    sch = Schedule(task.program)
     for spec in loops:
-        program = with_loop(program, spec.loop, spec.kind, **dict(spec.annotations))
+        {"parallel": sch.parallel, "vectorized": sch.vectorize, "unrolled": sch.unroll}[spec.kind](spec.loop)
+        for key, value in spec.annotations:
+            sch.annotate(spec.loop, key, value)
+    program = sch.program
     return Case(name, task, program, threads, tuple(loops), group, speedup_goal, compile_goal_ms)
 
 
@@ -261,6 +245,29 @@ def _compile_cases(quick: bool) -> list[Case]:
     ]  # fmt: skip
 
 
+# -- gemm: the kernel-quality gate's hand-written traces (docs/gemm.md) --------------
+
+GEMM_SPEEDUP_GOAL = 1.7
+
+
+def _gemm_cases(quick: bool) -> list[Case]:
+    from pathlib import Path
+
+    from tuner.trace.file import TraceFile
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    n = 192 if quick else 1024
+    cases = []
+    for name, threads in (("matmul_1024.trace.json", 1), ("matmul_1024_parallel.trace.json", 2)):
+        trace_file = TraceFile.load(examples / name)
+        task = trace_file.task({"m": str(n), "n": str(n), "k": str(n)})
+        program = trace_file.trace.apply(task.program, repair=True).program
+        cases.append(
+            Case(f"matmul {n}³", task, program, threads, (), f"gemm {n}³", GEMM_SPEEDUP_GOAL, None, f"examples/{name}")
+        )
+    return cases
+
+
 SUITES: dict[str, Suite] = {
     suite.name: suite
     for suite in (
@@ -276,6 +283,13 @@ SUITES: dict[str, Suite] = {
             "program are timed interleaved with each other",
             "timed",
             _loopkinds_cases,
+        ),
+        Suite(
+            "gemm",
+            "the hand-written GEMM traces at 1 and 2 threads, timed interleaved with each other "
+            "and with numpy (packing inside the kernel)",
+            "timed",
+            _gemm_cases,
         ),
         Suite(
             "compile",
