@@ -1,0 +1,339 @@
+"""`SQLDatabase`: the tuner's `Database` protocol on SQLAlchemy (SQLite or PostgreSQL).
+
+Every query names a target (records of two targets never mix); `best` and
+`top_k` read status-ok records only, through the index
+(workload_key, target_id, status, median_ms). A record whose id, or whose
+trace for its (workload, target), is already stored is skipped by the
+database itself (`ON CONFLICT DO NOTHING`), so concurrent writers and
+repeated imports never duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, Select, and_, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import models as m
+from tuner.database import DatabaseError, TuningRecord, utc_now
+
+
+def _insert(session: Session, table: Any) -> Any:
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert(table)
+    if dialect == "sqlite":
+        return sqlite.insert(table)
+    raise DatabaseError(f"unsupported database backend {dialect!r} (SQLite or PostgreSQL)")
+
+
+def _parse_target(canonical: str) -> tuple[str, list[str], int]:
+    """cpu, features, threads of a canonical target string; anything else is refused."""
+    from codegen.target import Target
+
+    try:
+        target = Target.parse(canonical)
+    except Exception as e:  # a TargetError, re-raised with what the database needs
+        raise DatabaseError(f"record target {canonical!r}: {e}") from None
+    if target.canonical() != canonical:
+        raise DatabaseError(f"record target {canonical!r} is not canonical ({target.canonical()!r})")
+    return target.cpu, list(target.features), target.num_threads
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class SQLDatabase:
+    """A `tuner.database.Database` in a SQL database (call `ensure_schema` first)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self._target_ids: dict[str, int] = {}
+        self._workloads: set[str] = set()
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _target_id(self, session: Session, canonical: str, *, create: bool) -> int | None:
+        if canonical in self._target_ids:
+            return self._target_ids[canonical]
+        found = session.scalar(select(m.Target.id).where(m.Target.canonical == canonical))
+        if found is None and create:
+            cpu, features, threads = _parse_target(canonical)
+            session.execute(
+                _insert(session, m.Target)
+                .values(canonical=canonical, cpu=cpu, features=features, threads=threads)
+                .on_conflict_do_nothing()
+            )
+            found = session.scalar(select(m.Target.id).where(m.Target.canonical == canonical))
+        if found is not None:
+            self._target_ids[canonical] = found
+        return found
+
+    def _commit_workload(
+        self, session: Session, key: str, op: str, params: Mapping[str, int], definition: Mapping[str, Any]
+    ) -> None:
+        if key in self._workloads:
+            return
+        session.execute(
+            _insert(session, m.Workload)
+            .values(key=key, op=op, params=dict(params), definition=dict(definition), created_at=utc_now())
+            .on_conflict_do_nothing()
+        )
+
+    def commit_workload(
+        self, workload_key: str, op: str, params: Mapping[str, int], definition: Mapping[str, Any]
+    ) -> None:
+        with self.sessions.begin() as session:
+            self._commit_workload(session, workload_key, op, params, definition)
+        self._workloads.add(workload_key)
+
+    def commit_record(self, record: TuningRecord) -> bool:
+        return self.commit_records([record]) == 1
+
+    def commit_records(self, records: Iterable[TuningRecord], *, candidate_ids: Sequence[int | None] = ()) -> int:
+        """Store records in one transaction (all or nothing); how many were new."""
+        batch = list(records)
+        if not batch:
+            return 0
+        added = 0
+        new_workloads: set[str] = set()
+        try:
+            with self.sessions.begin() as session:
+                for i, r in enumerate(batch):
+                    self._commit_workload(session, r.workload_key, r.op, r.params, r.definition)
+                    new_workloads.add(r.workload_key)
+                    target_id = self._target_id(session, r.target, create=True)
+                    result = session.execute(
+                        _insert(session, m.Record)
+                        .values(
+                            record_id=r.record_id,
+                            workload_key=r.workload_key,
+                            target_id=target_id,
+                            job_id=r.job_id,
+                            candidate_id=candidate_ids[i] if i < len(candidate_ids) else None,
+                            trace=dict(r.trace),
+                            trace_hash=r.trace_hash,
+                            run_times=list(r.run_times_ms),
+                            median_ms=r.median_ms,
+                            status=r.status,
+                            message=r.message,
+                            worker=r.worker,
+                            loomtune_version=r.loomtune_version,
+                            llvm_version=r.llvm_version,
+                            measured_at=r.measured_at,
+                        )
+                        .on_conflict_do_nothing()
+                        # rowcount is not reliable here (psycopg reports -1): count what came back.
+                        .returning(m.Record.record_id)
+                    )
+                    added += len(result.all())
+        except BaseException:
+            # Ids learnt inside a rolled-back transaction may not exist.
+            self._target_ids.clear()
+            raise
+        self._workloads |= new_workloads
+        return added
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _records(self, query: Select[Any]) -> list[TuningRecord]:
+        with self.sessions() as session:
+            rows = session.execute(query).all()
+        return [
+            TuningRecord(
+                record_id=rec.record_id,
+                workload_key=rec.workload_key,
+                op=wl.op,
+                params=wl.params,
+                definition=wl.definition,
+                target=canonical,
+                trace=rec.trace,
+                trace_hash=rec.trace_hash,
+                run_times_ms=tuple(rec.run_times),
+                median_ms=rec.median_ms,
+                status=rec.status,
+                message=rec.message,
+                worker=rec.worker,
+                loomtune_version=rec.loomtune_version,
+                llvm_version=rec.llvm_version,
+                measured_at=_utc(rec.measured_at),
+                job_id=rec.job_id,
+            )
+            for rec, wl, canonical in rows
+        ]
+
+    def _lookup_target(self, target: str) -> int | None:
+        with self.sessions() as session:
+            return self._target_id(session, target, create=False)
+
+    @staticmethod
+    def _select() -> Select[Any]:
+        return select(m.Record, m.Workload, m.Target.canonical).join(
+            m.Workload, m.Workload.key == m.Record.workload_key
+        ).join(m.Target, m.Target.id == m.Record.target_id)
+
+    def has_measured(self, workload_key: str, target: str, trace_hash: str) -> bool:
+        target_id = self._lookup_target(target)
+        if target_id is None:
+            return False
+        query = select(m.Record.record_id).where(
+            m.Record.workload_key == workload_key,
+            m.Record.target_id == target_id,
+            m.Record.trace_hash == trace_hash,
+        )
+        with self.sessions() as session:
+            return session.scalar(query.limit(1)) is not None
+
+    def top_k(self, workload_key: str, target: str, k: int) -> list[TuningRecord]:
+        target_id = self._lookup_target(target)
+        if target_id is None or k <= 0:
+            return []
+        return self._records(
+            self._select()
+            .where(
+                m.Record.workload_key == workload_key,
+                m.Record.target_id == target_id,
+                m.Record.status == "ok",
+            )
+            .order_by(m.Record.median_ms, m.Record.measured_at, m.Record.record_id)
+            .limit(k)
+        )
+
+    def best(self, workload_key: str, target: str) -> TuningRecord | None:
+        top = self.top_k(workload_key, target, 1)
+        return top[0] if top else None
+
+    def best_of_op(
+        self, op: str, target: str, *, exclude_workload_key: str | None = None, limit: int = 64
+    ) -> list[TuningRecord]:
+        target_id = self._lookup_target(target)
+        if target_id is None or limit <= 0:
+            return []
+        # For each workload of the operator, its best record, found by an index
+        # seek on (workload_key, target_id, status, median_ms): a window over
+        # every record of the operator was 10-40x slower with 100,000 records
+        # (benchmarks/db_queries.py).
+        other = m.Record.__table__.alias("other")
+        best_id = (
+            select(other.c.record_id)
+            .where(
+                other.c.workload_key == m.Workload.key,
+                other.c.target_id == target_id,
+                other.c.status == "ok",
+            )
+            .order_by(other.c.median_ms, other.c.measured_at, other.c.record_id)
+            .limit(1)
+            .scalar_subquery()
+        )
+        query = self._select().where(m.Workload.op == op, m.Record.record_id == best_id)
+        if exclude_workload_key is not None:
+            query = query.where(m.Workload.key != exclude_workload_key)
+        return self._records(
+            query.order_by(m.Record.median_ms, m.Record.measured_at, m.Record.record_id).limit(limit)
+        )
+
+    def training_records(self, target: str, *, limit: int | None = None) -> list[TuningRecord]:
+        target_id = self._lookup_target(target)
+        if target_id is None:
+            return []
+        query = (
+            self._select()
+            .where(m.Record.target_id == target_id)
+            .order_by(m.Record.measured_at, m.Record.record_id)
+        )
+        return self._records(query if limit is None else query.limit(max(limit, 0)))
+
+    def records(self, *, op: str | None = None, target: str | None = None) -> list[TuningRecord]:
+        """Every record (of an operator, of a target), oldest first: what `db export` writes."""
+        query = self._select().order_by(m.Record.measured_at, m.Record.record_id)
+        if op is not None:
+            query = query.where(m.Workload.op == op)
+        if target is not None:
+            query = query.where(m.Target.canonical == target)
+        return self._records(query)
+
+    # -- cost models -----------------------------------------------------------------
+
+    def save_cost_model(self, target: str, model: bytes, samples: int) -> None:
+        with self.sessions.begin() as session:
+            target_id = self._target_id(session, target, create=True)
+            values = {"target_id": target_id, "model": bytes(model), "samples": int(samples), "updated_at": utc_now()}
+            stmt = _insert(session, m.CostModel).values(**values)
+            session.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=[m.CostModel.target_id],
+                    set_={"model": stmt.excluded.model, "samples": stmt.excluded.samples, "updated_at": stmt.excluded.updated_at},
+                )
+            )
+
+    def load_cost_model(self, target: str) -> tuple[bytes, int] | None:
+        target_id = self._lookup_target(target)
+        if target_id is None:
+            return None
+        with self.sessions() as session:
+            row = session.execute(
+                select(m.CostModel.model, m.CostModel.samples).where(m.CostModel.target_id == target_id)
+            ).first()
+        return None if row is None else (bytes(row[0]), int(row[1]))
+
+
+class DatabaseUnavailableError(DatabaseError):
+    """The configured database cannot be reached or opened."""
+
+
+def open_database(url: str | None = None) -> SQLDatabase:
+    """The configured database, its schema created or checked (what every command opens)."""
+    from sqlalchemy.exc import OperationalError
+
+    from service.db.engine import make_engine
+    from service.db.schema import ensure_schema
+
+    engine = make_engine(url)
+    try:
+        ensure_schema(engine)
+    except OperationalError as e:
+        where = engine.url.render_as_string(hide_password=True)
+        reason = str(e.orig).strip().splitlines()[0] if e.orig is not None else type(e).__name__
+        engine.dispose()
+        raise DatabaseUnavailableError(f"cannot open the database {where}: {reason}") from None
+    return SQLDatabase(engine)
+
+
+def lease_candidates(session: Session, job_id: int, worker: int, n: int, lease_seconds: float) -> list[m.Candidate]:
+    """Lease up to `n` of a job's pending (or expired) candidates to `worker`, oldest first.
+
+    On PostgreSQL, `FOR UPDATE SKIP LOCKED` lets coordinators lease from one job
+    at once without waiting on each other or leasing a candidate twice. SQLite
+    ignores it and serialises writers instead (a second writer with a stale
+    snapshot fails rather than double-leases): there, one coordinator only.
+    The caller's transaction commits the lease.
+    """
+    now = utc_now()
+    query = (
+        select(m.Candidate)
+        .where(
+            m.Candidate.job_id == job_id,
+            or_(
+                m.Candidate.status == "pending",
+                and_(m.Candidate.status == "leased", m.Candidate.lease_expires_at < now),
+            ),
+        )
+        .order_by(m.Candidate.id)
+        .limit(n)
+        .with_for_update(skip_locked=True)
+    )
+    leased = list(session.scalars(query))
+    expires = now + timedelta(seconds=lease_seconds)
+    for candidate in leased:
+        candidate.status = "leased"
+        candidate.lease_holder = worker
+        candidate.lease_expires_at = expires
+        candidate.attempts += 1
+    session.flush()
+    return leased

@@ -1,0 +1,511 @@
+"""One suite over every tuning database: in memory, a SQLite file, PostgreSQL.
+
+PostgreSQL is found at LOOMTUNE_TEST_DATABASE_URL (default: the local test
+database); each test gets a fresh schema of its own, dropped afterwards. When
+PostgreSQL cannot be reached the PostgreSQL cases are skipped, except in CI
+(CI=true), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import OperationalError
+
+from service.db.engine import make_engine
+from service.db.schema import StaleSchemaError, check_schema, ensure_schema
+from service.db.store import SQLDatabase
+from tuner.database import Database, DatabaseError, InMemoryDatabase, TuningRecord
+
+PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+PG_URL = os.environ.get("LOOMTUNE_TEST_DATABASE_URL", PG_DEFAULT)
+
+ZEN1 = "llvm -mcpu=znver3 -mattr=+avx,+avx2,+fma -num-threads=1"
+ZEN4 = "llvm -mcpu=znver3 -mattr=+avx,+avx2,+fma -num-threads=4"
+SKX1 = "llvm -mcpu=skylake-avx512 -mattr=+avx2,+avx512f -num-threads=1"
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+# -- records ---------------------------------------------------------------------------
+
+
+def trace_of(n: int) -> tuple[dict[str, Any], str]:
+    """A stand-in trace (the store treats traces as opaque JSON) and its hash."""
+    trace = {"version": 1, "instructions": [], "decisions": {"0": [n, 1]}}
+    return trace, hashlib.sha256(json.dumps(trace, sort_keys=True).encode()).hexdigest()
+
+
+def workload(op: str, **params: int) -> tuple[str, str, dict[str, int], dict[str, Any]]:
+    key = hashlib.sha256(json.dumps([op, params], sort_keys=True).encode()).hexdigest()
+    return key, op, params, {"format": "loomtune.workload/1", "name": op, "stand_in": True}
+
+
+MATMUL = workload("matmul", m=64, n=64, k=64)
+MATMUL_BIG = workload("matmul", m=128, n=128, k=128)
+MATMUL_ODD = workload("matmul", m=65, n=63, k=64)
+SOFTMAX = workload("softmax", m=64, n=64)
+
+
+def record(
+    wl: tuple[str, str, dict[str, int], dict[str, Any]],
+    n: int,
+    median: float | None,
+    *,
+    target: str = ZEN1,
+    status: str = "ok",
+    at: int = 0,
+) -> TuningRecord:
+    key, op, params, definition = wl
+    trace, trace_hash = trace_of(n)
+    times = (median, median) if median is not None else (0.5,)
+    return TuningRecord(
+        record_id=str(uuid.uuid4()),
+        workload_key=key,
+        op=op,
+        params=params,
+        definition=definition,
+        target=target,
+        trace=trace,
+        trace_hash=trace_hash,
+        run_times_ms=times,  # type: ignore[arg-type]
+        median_ms=median if status == "ok" else None,
+        status=status,
+        message="" if status == "ok" else f"{status} on purpose",
+        worker="test",
+        loomtune_version="0.1.0",
+        llvm_version="22.1.0",
+        measured_at=T0 + timedelta(seconds=at),
+    )
+
+
+# -- backends --------------------------------------------------------------------------
+
+_pg_reachable: bool | None = None
+
+
+def require_postgresql() -> None:
+    global _pg_reachable
+    if _pg_reachable is None:
+        engine = make_engine(PG_URL, connect_args={"connect_timeout": 3})
+        try:
+            with engine.connect():
+                _pg_reachable = True
+        except OperationalError:
+            _pg_reachable = False
+        finally:
+            engine.dispose()
+    if not _pg_reachable:
+        message = f"PostgreSQL unreachable at {PG_URL} (set LOOMTUNE_TEST_DATABASE_URL)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def pg_schema_engine(schema: str) -> Engine:
+    return make_engine(PG_URL, connect_args={"options": f"-csearch_path={schema}"})
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema, dropped afterwards."""
+    require_postgresql()
+    schema = f"loomtune_test_{uuid.uuid4().hex[:12]}"
+    admin = make_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield schema
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture
+def pg_engine(pg_schema: str) -> Iterator[Engine]:
+    engine = pg_schema_engine(pg_schema)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path) -> Iterator[Engine]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'data' / 'loomtune.db'}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest) -> Database:
+    if request.param == "memory":
+        return InMemoryDatabase()
+    engine = request.getfixturevalue(f"{'pg' if request.param == 'postgresql' else 'sqlite'}_engine")
+    ensure_schema(engine)
+    return SQLDatabase(engine)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_engine(request: pytest.FixtureRequest) -> Engine:
+    return request.getfixturevalue(f"{'pg' if request.param == 'postgresql' else 'sqlite'}_engine")
+
+
+# -- the protocol, on every backend -----------------------------------------------------
+
+
+def test_every_backend_is_a_database(db: Database) -> None:
+    assert isinstance(db, Database)
+
+
+def test_best_is_the_lowest_ok_median_never_a_failure(db: Database) -> None:
+    db.commit_records(
+        [
+            record(MATMUL, 1, 3.0),
+            record(MATMUL, 2, 2.0),
+            record(MATMUL, 3, None, status="wrong_result"),  # would be the fastest
+            record(MATMUL, 4, None, status="crashed"),
+            record(MATMUL, 5, None, status="timeout"),
+            record(MATMUL, 6, 2.5),
+        ]
+    )
+    best = db.best(MATMUL[0], ZEN1)
+    assert best is not None
+    assert best.median_ms == 2.0 and best.status == "ok"
+    assert best.trace == trace_of(2)[0]
+    assert best.op == "matmul" and dict(best.params) == {"m": 64, "n": 64, "k": 64}
+    assert best.measured_at == T0 and best.measured_at.tzinfo is not None
+    assert db.best(SOFTMAX[0], ZEN1) is None
+
+
+def test_only_failures_have_no_best(db: Database) -> None:
+    db.commit_record(record(MATMUL, 1, None, status="wrong_result"))
+    db.commit_record(record(MATMUL, 2, None, status="compile_error"))
+    assert db.best(MATMUL[0], ZEN1) is None
+    assert db.top_k(MATMUL[0], ZEN1, 10) == []
+
+
+def test_targets_never_mix(db: Database) -> None:
+    db.commit_records(
+        [
+            record(MATMUL, 1, 5.0, target=ZEN1),
+            record(MATMUL, 2, 1.0, target=ZEN4),
+            record(MATMUL, 3, 0.5, target=SKX1),
+        ]
+    )
+    for target, median in ((ZEN1, 5.0), (ZEN4, 1.0), (SKX1, 0.5)):
+        best = db.best(MATMUL[0], target)
+        assert best is not None and best.median_ms == median and best.target == target
+        assert [r.target for r in db.top_k(MATMUL[0], target, 10)] == [target]
+        assert [r.target for r in db.training_records(target)] == [target]
+    assert not db.has_measured(MATMUL[0], ZEN4, trace_of(1)[1])
+    assert db.best(MATMUL[0], "llvm -mcpu=generic -num-threads=1") is None
+
+
+def test_top_k_is_ordered_by_median(db: Database) -> None:
+    medians = [4.0, 1.5, 9.0, 0.75, 3.25, 2.0]
+    db.commit_records([record(MATMUL, i, t, at=i) for i, t in enumerate(medians)])
+    db.commit_record(record(MATMUL, 99, None, status="runtime_error"))
+    top = db.top_k(MATMUL[0], ZEN1, 4)
+    assert [r.median_ms for r in top] == [0.75, 1.5, 2.0, 3.25]
+    assert len(db.top_k(MATMUL[0], ZEN1, 100)) == len(medians)
+    assert db.top_k(MATMUL[0], ZEN1, 0) == []
+
+
+def test_has_measured_by_hash_whatever_the_outcome(db: Database) -> None:
+    db.commit_record(record(MATMUL, 1, 1.0))
+    db.commit_record(record(MATMUL, 2, None, status="crashed"))
+    assert db.has_measured(MATMUL[0], ZEN1, trace_of(1)[1])
+    assert db.has_measured(MATMUL[0], ZEN1, trace_of(2)[1])
+    assert not db.has_measured(MATMUL[0], ZEN1, trace_of(3)[1])
+    assert not db.has_measured(SOFTMAX[0], ZEN1, trace_of(1)[1])
+
+
+def test_a_trace_is_measured_once_per_workload_and_target(db: Database) -> None:
+    assert db.commit_record(record(MATMUL, 1, 2.0))
+    assert not db.commit_record(record(MATMUL, 1, 1.0))  # same trace, new id: the first stands
+    assert db.commit_record(record(MATMUL, 1, 1.0, target=ZEN4))  # another target is another trial
+    assert [r.median_ms for r in db.top_k(MATMUL[0], ZEN1, 10)] == [2.0]
+
+
+def test_commit_record_is_idempotent(db: Database) -> None:
+    r = record(MATMUL, 1, 2.0)
+    assert db.commit_record(r) is True
+    assert db.commit_record(r) is False
+    assert db.commit_records([r, record(MATMUL, 2, 3.0)]) == 1
+    assert len(db.training_records(ZEN1)) == 2
+
+
+def test_other_parameters_of_the_same_op_on_the_same_target(db: Database) -> None:
+    db.commit_records(
+        [
+            record(MATMUL, 1, 1.0),
+            record(MATMUL_BIG, 2, 8.0),
+            record(MATMUL_BIG, 3, 6.0),
+            record(MATMUL_BIG, 4, None, status="wrong_result"),
+            record(MATMUL_ODD, 5, 1.5),
+            record(MATMUL_ODD, 6, 0.1, target=ZEN4),  # another target
+            record(SOFTMAX, 7, 0.2),  # another operator
+        ]
+    )
+    others = db.best_of_op("matmul", ZEN1, exclude_workload_key=MATMUL[0])
+    assert [(r.workload_key, r.median_ms) for r in others] == [(MATMUL_ODD[0], 1.5), (MATMUL_BIG[0], 6.0)]
+    assert all(r.op == "matmul" and r.target == ZEN1 for r in others)
+    assert len(db.best_of_op("matmul", ZEN1)) == 3
+    assert [r.workload_key for r in db.best_of_op("matmul", ZEN4)] == [MATMUL_ODD[0]]
+    assert len(db.best_of_op("matmul", ZEN1, limit=1)) == 1
+
+
+def test_training_records_are_every_record_of_a_target_oldest_first(db: Database) -> None:
+    db.commit_records(
+        [
+            record(MATMUL, 1, 1.0, at=3),
+            record(SOFTMAX, 2, None, status="timeout", at=1),
+            record(MATMUL, 3, 2.0, at=2),
+            record(MATMUL, 4, 2.0, at=0, target=SKX1),
+        ]
+    )
+    rows = db.training_records(ZEN1)
+    assert [r.trace_hash for r in rows] == [trace_of(n)[1] for n in (2, 3, 1)]
+    assert [r.status for r in rows] == ["timeout", "ok", "ok"]
+    assert len(db.training_records(ZEN1, limit=2)) == 2
+
+
+def test_a_record_round_trips_every_field(db: Database) -> None:
+    r = record(MATMUL, 1, 1.25)
+    db.commit_record(r)
+    [back] = db.training_records(ZEN1)
+    assert back == r
+
+
+def test_cost_model_round_trip(db: Database) -> None:
+    assert db.load_cost_model(ZEN1) is None
+    blob = bytes(range(256)) * 40
+    db.save_cost_model(ZEN1, blob, 120)
+    assert db.load_cost_model(ZEN1) == (blob, 120)
+    db.save_cost_model(ZEN1, b"newer", 240)
+    assert db.load_cost_model(ZEN1) == (b"newer", 240)
+    assert db.load_cost_model(ZEN4) is None
+
+
+def test_commit_workload_is_idempotent(db: Database) -> None:
+    db.commit_workload(*MATMUL)
+    db.commit_workload(*MATMUL)
+    db.commit_record(record(MATMUL, 1, 1.0))
+    assert db.best(MATMUL[0], ZEN1) is not None
+
+
+# -- records as data ---------------------------------------------------------------------
+
+
+def test_record_rules() -> None:
+    with pytest.raises(DatabaseError, match="median"):
+        record(MATMUL, 1, None)
+    with pytest.raises(DatabaseError, match="status"):
+        record(MATMUL, 1, 1.0, status="fast")
+    with pytest.raises(DatabaseError, match="no median"):
+        TuningRecord(**{**record(MATMUL, 1, None, status="crashed").__dict__, "median_ms": 1.0})
+
+
+def test_export_line_round_trip() -> None:
+    r = record(MATMUL, 1, 1.25)
+    line = json.dumps(r.to_json())
+    assert TuningRecord.from_json(json.loads(line)) == r
+    with pytest.raises(DatabaseError, match="run_times_ms"):
+        TuningRecord.from_json({**r.to_json(), "run_times_ms": "fast"})
+
+
+# -- SQL only: transactions, the schema and the migrations ----------------------------------
+
+
+def test_commit_records_is_all_or_nothing(sql_engine: Engine) -> None:
+    ensure_schema(sql_engine)
+    db = SQLDatabase(sql_engine)
+    bad = record(MATMUL, 2, 1.0, target="llvm -mcpu=znver3 -num-threads=1 -mattr=+fma")  # not canonical
+    with pytest.raises(DatabaseError, match="canonical"):
+        db.commit_records([record(MATMUL, 1, 1.0), bad])
+    assert db.training_records(ZEN1) == []
+
+
+def test_models_and_migrations_agree(sql_engine: Engine) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from service.db.models import Base
+
+    ensure_schema(sql_engine)
+    with sql_engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
+        diff = compare_metadata(context, Base.metadata)
+    assert diff == []
+
+
+def test_migrations_downgrade_to_nothing_and_back(sql_engine: Engine) -> None:
+    import migrations
+
+    ensure_schema(sql_engine)
+    migrations.downgrade(sql_engine, "base")
+    with sql_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 0
+    migrations.upgrade(sql_engine)
+    assert check_schema(sql_engine) is None
+
+
+def test_stale_postgresql_schema_is_refused(pg_engine: Engine) -> None:
+    with pg_engine.begin() as conn:
+        conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
+        conn.execute(text("INSERT INTO alembic_version VALUES ('0000_older')"))
+        conn.execute(text("CREATE TABLE records (record_id VARCHAR(36) PRIMARY KEY)"))
+    with pytest.raises(StaleSchemaError) as info:
+        ensure_schema(pg_engine)
+    message = str(info.value)
+    assert "loomtune db upgrade" in message and "\n" not in message
+    with pytest.raises(StaleSchemaError, match="loomtune db upgrade"):
+        ensure_schema(pg_engine, embedded=False)
+
+
+def test_tables_without_a_revision_are_refused(pg_engine: Engine) -> None:
+    with pg_engine.begin() as conn:
+        conn.execute(text("CREATE TABLE records (record_id VARCHAR(36) PRIMARY KEY)"))
+    with pytest.raises(StaleSchemaError, match="loomtune db upgrade"):
+        ensure_schema(pg_engine)
+
+
+def test_empty_postgresql_database_gets_the_schema(pg_engine: Engine) -> None:
+    assert "empty" in (check_schema(pg_engine) or "")
+    ensure_schema(pg_engine, embedded=False)
+    assert check_schema(pg_engine) is None
+
+
+def test_empty_sqlite_file_is_created_and_upgraded_on_first_use(tmp_path) -> None:
+    path = tmp_path / "new" / "deeper" / "loomtune.db"
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        ensure_schema(engine)
+        SQLDatabase(engine).commit_record(record(MATMUL, 1, 1.0))
+    finally:
+        engine.dispose()
+    assert path.exists()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"workloads", "targets", "jobs", "candidates", "records", "cost_models", "workers", "api_tokens"} <= tables
+
+
+def test_embedded_sqlite_at_an_unknown_revision_is_refused(sqlite_engine: Engine) -> None:
+    ensure_schema(sqlite_engine)
+    with sqlite_engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'ffff_from_the_future'"))
+    with pytest.raises(StaleSchemaError, match="loomtune db upgrade"):
+        ensure_schema(sqlite_engine)
+
+
+def test_default_url_is_the_embedded_file(monkeypatch, tmp_path) -> None:
+    from service.db.engine import database_url
+
+    monkeypatch.delenv("LOOMTUNE_DATABASE_URL", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert database_url() == f"sqlite:///{tmp_path}/loomtune/loomtune.db"
+    monkeypatch.setenv("LOOMTUNE_DATABASE_URL", "postgresql://u@h:5432/d")
+    assert database_url() == "postgresql+psycopg://u@h:5432/d"
+    assert make_engine().dialect.driver == "psycopg"
+
+
+# -- concurrency (PostgreSQL) ------------------------------------------------------------------
+
+WRITERS = 4
+RECORDS_EACH = 500
+
+
+def _write_records(schema: str, writer: int) -> float:
+    """A child process: commit RECORDS_EACH records one transaction each; seconds taken."""
+    engine = pg_schema_engine(schema)
+    db = SQLDatabase(engine)
+    start = time.perf_counter()
+    for i in range(RECORDS_EACH):
+        wl = (MATMUL, MATMUL_BIG)[i % 2]
+        db.commit_record(record(wl, writer * RECORDS_EACH + i, 1.0 + i))
+    engine.dispose()
+    return time.perf_counter() - start
+
+
+def test_concurrent_writers_lose_nothing(pg_schema: str, pg_engine: Engine) -> None:
+    ensure_schema(pg_engine)
+    with multiprocessing.get_context("spawn").Pool(WRITERS) as pool:
+        seconds = pool.starmap(_write_records, [(pg_schema, w) for w in range(WRITERS)])
+    with pg_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM records")).scalar() == WRITERS * RECORDS_EACH
+        assert conn.execute(text("SELECT count(*) FROM workloads")).scalar() == 2
+        assert conn.execute(text("SELECT count(*) FROM targets")).scalar() == 1
+    print(f"writers took {[round(s, 2) for s in seconds]} s")
+    assert max(seconds) < 20
+
+
+def _lease_all(schema: str, worker: int) -> list[int]:
+    """A child process: lease batches of 10 until the job has none left; the ids leased."""
+    from service.db.store import lease_candidates
+
+    engine = pg_schema_engine(schema)
+    sessions = SQLDatabase(engine).sessions
+    got: list[int] = []
+    while True:
+        with sessions.begin() as session:
+            batch = [c.id for c in lease_candidates(session, 1, worker, 10, 60)]
+        if not batch:
+            break
+        got += batch
+    engine.dispose()
+    return got
+
+
+def test_concurrent_leases_hand_out_each_candidate_once(pg_schema: str, pg_engine: Engine) -> None:
+    from service.db import models as m
+
+    ensure_schema(pg_engine)
+    SQLDatabase(pg_engine).commit_workload(*MATMUL)
+    now = datetime.now(UTC)
+    with SQLDatabase(pg_engine).sessions.begin() as session:
+        target = m.Target(canonical=ZEN1, cpu="znver3", features=["+avx", "+avx2", "+fma"], threads=1)
+        session.add(target)
+        session.flush()
+        session.add(
+            m.Job(
+                id=1, owner="alice", workload_key=MATMUL[0], target_id=target.id, budget=1000,
+                strategy="replay", seed=0, status="running", created_at=now, updated_at=now,
+            )
+        )  # fmt: skip
+        session.add_all(
+            m.Worker(id=w, target_id=target.id, name=f"w{w}", registered_at=now, last_heartbeat=now)
+            for w in range(1, WRITERS + 1)
+        )
+        session.flush()
+        session.add_all(
+            m.Candidate(job_id=1, trace=trace_of(i)[0], trace_hash=trace_of(i)[1], status="pending")
+            for i in range(1000)
+        )
+    with multiprocessing.get_context("spawn").Pool(WRITERS) as pool:
+        leased = pool.starmap(_lease_all, [(pg_schema, w) for w in range(1, WRITERS + 1)])
+    everything = [i for ids in leased for i in ids]
+    assert len(everything) == 1000 and len(set(everything)) == 1000
+    assert all(ids for ids in leased), "every worker got some"
+    with pg_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM candidates WHERE status = 'leased' AND attempts = 1")).scalar() == 1000
+
+
+def test_the_tuner_does_not_import_sqlalchemy() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, tuner.database; assert 'sqlalchemy' not in sys.modules, 'tuner imports sqlalchemy'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
