@@ -246,31 +246,36 @@ def _run_and_report(task: Any, program: Any, target: Any, *, as_json: bool) -> i
 def cmd_export(args: argparse.Namespace) -> int:
     """Write the kernel of a workload as a .so (+ header), .o, .ll or .s.
 
-    DESIGN.md's order of choice is the stored best record, else the given
-    trace, else the default loop nest; the tuning database does not exist yet,
-    so it is the trace when one is given, else the default loop nest.
+    The schedule is the stored best record for the workload on the target, else
+    the given trace, else the default loop nest; stderr says which.
     """
     from codegen.export import check_request, export_kernel
     from codegen.target import Target
+    from service.db.store import open_database
     from tuner.trace.errors import TraceError
     from tuner.trace.file import TraceFile
+    from tuner.trace.trace import Trace
 
     task = resolve_task(args.workload, args.workload_file)
     target = _export_target(args.target, args.threads)
     symbol = args.name if args.name is not None else task.op
     check_request(symbol, args.fmt, args.output)  # a refused export prints only its error
-    program = task.program
-    if args.trace is not None:
-        try:
+    record = open_database().best(task.key, target.canonical())
+    try:
+        if record is not None:
+            program = Trace.from_json(record.trace).apply(task.program).program
+            source = f"exporting the stored best record {record.record_id} ({record.median_ms:.4f} ms)"
+        elif args.trace is not None:
             program = TraceFile.load(args.trace).trace.apply(task.program).program
-        except TraceError as e:
-            raise TraceError(f"{args.trace}: {e}") from None
+            source = f"exporting the schedule of trace {args.trace} (no stored record)"
+        else:
+            program = task.program
+            source = "exporting the default loop nest (no stored record, no trace given)"
+    except TraceError as e:
+        raise TraceError(f"{args.trace or 'stored record'}: {e}") from None
     if not target.is_host:
         _log(f"compiling for {target.canonical()}, not this machine's CPU ({Target.host().cpu})")
-    if args.trace is not None:
-        _log(f"exporting the schedule of trace {args.trace} (no stored record)")
-    else:
-        _log("exporting the default loop nest (no stored record, no trace given)")
+    _log(source)
     written = export_kernel(program, target, symbol=symbol, fmt=args.fmt, output=args.output)
     _log("wrote " + ", ".join(str(path) for path in written))
     return 0

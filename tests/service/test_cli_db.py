@@ -181,3 +181,14 @@ def test_upgrade_creates_the_schema(tmp_path: Path) -> None:
 def test_unreachable_database_is_one_line(tmp_path: Path) -> None:
     proc = loomtune("postgresql://nobody@127.0.0.1:1/none", "best", "matmul")
     assert_one_line_error(proc, "cannot open the database")
+
+
+def test_export_prefers_the_stored_best(url: str, tmp_path: Path) -> None:
+    out = tmp_path / "best.ll"
+    proc = loomtune(url, "export", "matmul", "m=48", "n=32", "k=16", "--format", "ll", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "exporting the stored best record" in proc.stderr
+    # The best record's schedule (i split by 8) is what was compiled, not the default nest.
+    default = tmp_path / "default.ll"
+    other = loomtune(url, "export", "matmul", "m=40", "n=32", "k=16", "--format", "ll", "-o", str(default))
+    assert other.returncode == 0 and "exporting the default loop nest" in other.stderr
