@@ -38,7 +38,7 @@ def gemm_schedule(sch: TracedSchedule, *, parallel: bool) -> None:
     _, _, zi, zj = sch.get_loops(init)
     sch.unroll(zi)
     sch.vectorize(zj)
-    _, _, wi, wj = sch.get_loops(acc)
+    *_, wj = sch.get_loops(acc)
     sch.vectorize(wj)
     if parallel:
         sch.parallel(j0)
