@@ -498,6 +498,9 @@ def run_suite(
 ) -> tuple[dict[str, Any], Path]:
     """Measure every case of `suite`; write and return the result (and its path)."""
     settings = settings_for(quick, seed, quiet_wait_s)
+    if suite.min_repeat_ms is not None and not quick:
+        measure = dataclasses.replace(settings.measure, min_repeat_ms=suite.min_repeat_ms)
+        settings = dataclasses.replace(settings, measure=measure)
     started = utc_now()
     wall = time.perf_counter()
     run_before = cpu_snapshot()
