@@ -78,6 +78,17 @@ class Task:
     def to_definition(self) -> dict[str, Any]:
         return self.definition if self.definition is not None else to_definition(self.workload)
 
+    def spec(self) -> dict[str, Any]:
+        """The workload as JSON other processes rebuild it from (`task_from_spec`).
+
+        `{"op", "params"}` for a library operator, `{"definition", "params"}`
+        for a custom workload: the `workload` field of trace files, of the
+        REST API and of what a measurement process is sent.
+        """
+        if self.is_custom:
+            return {"definition": self.to_definition(), "params": dict(self.params)}
+        return {"op": self.op, "params": dict(self.params)}
+
 
 def library_task(op: str, given: Mapping[str, str | int] | None = None) -> Task:
     opdef, params, workload = library.instantiate(op, dict(given or {}))
@@ -105,6 +116,21 @@ def custom_task(definition: Mapping[str, Any], given: Mapping[str, str | int] | 
     params = {**dict(definition.get("sizes") or {}), **sizes}
     program = build_program(workload, {"op": workload.name, "custom": 1})
     return Task(workload.name, params, workload, program, None, dict(definition))
+
+
+def task_from_spec(spec: Mapping[str, Any], overrides: Mapping[str, str | int] | None = None) -> Task:
+    """The task a `Task.spec()` describes, with parameters overridden; errors name the field."""
+    if not isinstance(spec, Mapping):
+        raise WorkloadError(f"a workload is an object, got {type(spec).__name__}")
+    raw = spec.get("params", {})
+    if not isinstance(raw, Mapping):
+        raise WorkloadError("workload params must be an object")
+    params = {**{str(k): str(v) for k, v in raw.items()}, **{k: str(v) for k, v in (overrides or {}).items()}}
+    if isinstance(spec.get("definition"), Mapping):
+        return custom_task(spec["definition"], params)
+    if isinstance(spec.get("op"), str):
+        return library_task(spec["op"], params)
+    raise WorkloadError('a workload is {"op", "params"} or {"definition", "params"}')
 
 
 def gflops(flops: int | None, latency_ms: float) -> float | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ir.errors import LoomtuneError
-from ir.task import Task, custom_task, library_task
+from ir.task import Task, task_from_spec
 from tuner.trace.errors import TraceError
 from tuner.trace.trace import Trace
 
@@ -39,20 +39,12 @@ class TraceFile:
 
     @staticmethod
     def for_task(task: Task, target: str, trace: Trace) -> TraceFile:
-        workload: dict[str, Any] = (
-            {"definition": task.to_definition(), "params": dict(task.params)}
-            if task.is_custom
-            else {"op": task.op, "params": dict(task.params)}
-        )
-        return TraceFile(workload, target, trace)
+        return TraceFile(task.spec(), target, trace)
 
     def task(self, overrides: dict[str, str] | None = None) -> Task:
         """The workload the trace was made for, with parameters overridden."""
-        params = {**{k: str(v) for k, v in self.workload.get("params", {}).items()}, **(overrides or {})}
         try:
-            if "definition" in self.workload:
-                return custom_task(self.workload["definition"], params)
-            return library_task(self.workload["op"], params)
+            return task_from_spec(self.workload, overrides)
         except LoomtuneError as e:
             raise TraceError(f"trace file workload: {e}") from None
 
