@@ -68,10 +68,15 @@ class Target(Base):
 
 
 class Job(Base):
-    """A coordinator's tuning job: a budget of trials for one workload on one target."""
+    """A coordinator's tuning job: a budget of trials for one workload on one target.
+
+    `workload_spec` is the workload as submitted (`Task.spec()`), what workers and
+    the job runner rebuild the task from. `runner` and `runner_expires_at` are the
+    lease on the job itself: the one coordinator process driving it, until then.
+    """
 
     __tablename__ = "jobs"
-    __table_args__ = (Index(None, "owner", "status"),)
+    __table_args__ = (Index(None, "owner", "status"), Index(None, "target_id", "status"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     owner: Mapped[str] = mapped_column(String(128))
@@ -86,6 +91,9 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    workload_spec: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    runner: Mapped[str | None] = mapped_column(String(128))
+    runner_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class Candidate(Base):
@@ -106,6 +114,8 @@ class Candidate(Base):
     lease_holder: Mapped[int | None] = mapped_column(ForeignKey("workers.id", ondelete="SET NULL"))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    record_id: Mapped[str | None] = mapped_column(String(36))
+    """The record id of the result that finished it: a repeated post of it is a no-op."""
 
 
 class Record(Base):
@@ -117,6 +127,8 @@ class Record(Base):
         Index("ix_records_best", "workload_key", "target_id", "status", "median_ms"),
         # training data of a target, oldest first.
         Index("ix_records_training", "target_id", "measured_at"),
+        # a job's records: its history and its best.
+        Index(None, "job_id"),
         # A trace counts as measured once per (workload, target), across jobs, runs and imports.
         UniqueConstraint("workload_key", "target_id", "trace_hash"),
         CheckConstraint(
@@ -165,6 +177,8 @@ class Worker(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"))
     name: Mapped[str] = mapped_column(String(256))
+    owner: Mapped[str | None] = mapped_column(String(128))
+    """The owner of the worker token that registered it: only that owner drives it."""
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
     last_heartbeat: Mapped[datetime] = mapped_column(UTCDateTime)
 
