@@ -70,15 +70,30 @@ def fresh_names(program: Program) -> NameSupply:
 # Finding things
 
 
+def _stmts(root: Stmt) -> list[Stmt]:
+    """The loop tree's statements in pre-order, without descending into expressions.
+
+    Loops and blocks live only there, so finding one need not visit every index
+    expression of the program (which `walk` would, many times per primitive).
+    """
+    out: list[Stmt] = []
+    stack = [root]
+    while stack:
+        s = stack.pop()
+        out.append(s)
+        stack.extend(reversed(_stmt_children(s)))
+    return out
+
+
 def find_loop(program: Program, name: str) -> For:
-    for n in walk(program.body):
+    for n in _stmts(program.body):
         if isinstance(n, For) and n.var.name == name:
             return n
     raise ScheduleError(f"loop {name}: no such loop in {program.name}")
 
 
 def find_block(program: Program, name: str) -> BlockRealize:
-    for n in walk(program.body):
+    for n in _stmts(program.body):
         if isinstance(n, BlockRealize) and n.block.name == name:
             return n
     raise ScheduleError(f'block "{name}": no such block in {program.name}')
@@ -121,7 +136,7 @@ def loops_above(program: Program, block: str) -> list[For]:
 
 def blocks_under(stmt: Stmt) -> list[BlockRealize]:
     """Block instances under `stmt`, in program order."""
-    return [n for n in walk(stmt) if isinstance(n, BlockRealize)]
+    return [n for n in _stmts(stmt) if isinstance(n, BlockRealize)]
 
 
 def all_blocks(program: Program) -> list[BlockRealize]:

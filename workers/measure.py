@@ -1,0 +1,133 @@
+"""Measure one candidate in this process: replay, compile, run, verify, time.
+
+This is what a measurement process (`workers/child.py`) does for each request;
+it never raises for a bad candidate — every outcome is a `MeasureResult` with
+a status and a message. A wrong result never gets a time.
+
+Fault injection (tests only): with `LOOMTUNE_TEST_FAULTS=1` in the measuring
+process's environment, a candidate whose trace annotates any block or loop
+with `loomtune.test_fault` = "crash" (the process dies of SIGSEGV), "hang"
+(it sleeps forever), "corrupt" (one output element is changed after the run),
+or "oom" (it allocates past its address-space limit) misbehaves on purpose.
+Without the variable the annotation is ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from codegen.kernel import compile_program
+from codegen.target import Target, llvm_version
+from ir.errors import LoomtuneError
+from ir.node import walk
+from ir.program import Block, For, Program
+from ir.task import Task
+from tuner.runner import MeasureResult
+from tuner.trace.trace import Trace
+from workers.machine import limit_numpy_threads
+from workers.timing import MeasureConfig, time_callable
+from workers.verify import empty_outputs, verify
+
+FAULT_ENV = "LOOMTUNE_TEST_FAULTS"
+FAULT_KEY = "loomtune.test_fault"
+FAULTS = ("crash", "hang", "corrupt", "oom")
+
+TUNING_CONFIG = MeasureConfig(warmup=1, number=0, repeat=3, min_repeat_ms=2.0)
+"""Timing while tuning: short repeats, many candidates; the final comparison
+with numpy uses the longer default protocol (`workers/compare.py`)."""
+
+
+def injected_fault(program: Program) -> str | None:
+    """The fault a test asked for, when faults are enabled in this process."""
+    if os.environ.get(FAULT_ENV) != "1":
+        return None
+    for node in walk(program.body):
+        if isinstance(node, Block | For):
+            value = dict(node.annotations).get(FAULT_KEY)
+            if value is not None:
+                return str(value)
+    return None
+
+
+@dataclass
+class _Prepared:
+    """A task's inputs and numpy's answers: made once per task and thread count."""
+
+    task: Task
+    inputs: list[np.ndarray]
+    refs: list[np.ndarray]
+
+
+class Measurer:
+    """Measures candidates of any task; keeps the inputs of the last few tasks."""
+
+    def __init__(self, *, worker: str = "", keep_tasks: int = 4) -> None:
+        self.worker = worker or f"pid{os.getpid()}"
+        self.keep_tasks = keep_tasks
+        self._prepared: OrderedDict[tuple[str, int], _Prepared] = OrderedDict()
+        self.llvm_version = llvm_version()
+
+    def prepare(self, task: Task, threads: int) -> _Prepared:
+        key = (task.key, threads)
+        if key in self._prepared:
+            self._prepared.move_to_end(key)
+            return self._prepared[key]
+        inputs = task.make_inputs(0)
+        with limit_numpy_threads(threads):
+            refs = [np.asarray(r) for r in task.reference(inputs)]
+        prepared = _Prepared(task, inputs, refs)
+        self._prepared[key] = prepared
+        while len(self._prepared) > self.keep_tasks:
+            self._prepared.popitem(last=False)
+        return prepared
+
+    def _fail(self, status: str, message: str, compile_ms: float = 0.0) -> MeasureResult:
+        return MeasureResult(status, (), message, self.worker, compile_ms, self.llvm_version)
+
+    def measure(self, task: Task, target: Target, trace: Trace, config: MeasureConfig = TUNING_CONFIG) -> MeasureResult:
+        start = time.perf_counter()
+        try:
+            program = trace.apply(task.program).program
+        except LoomtuneError as e:
+            return self._fail("compile_error", f"the trace does not apply: {e}")
+        fault = injected_fault(program)
+        try:
+            kernel = compile_program(program, target)
+        except LoomtuneError as e:
+            return self._fail("compile_error", str(e).splitlines()[0] if str(e) else type(e).__name__)
+        except RecursionError:
+            return self._fail("compile_error", "the program is nested too deeply to compile")
+        compile_ms = (time.perf_counter() - start) * 1e3
+        prepared = self.prepare(task, target.num_threads)
+        outputs = empty_outputs(task.output_specs())
+        try:
+            if fault == "crash":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if fault == "hang":
+                while True:
+                    time.sleep(3600)
+            if fault == "oom":
+                np.ones(1 << 40, dtype=np.uint8)
+            kernel(*prepared.inputs, *outputs)
+        except MemoryError:
+            return self._fail("runtime_error", "out of memory (the process's address-space limit, LOOMTUNE_MAX_BYTES)", compile_ms)
+        except LoomtuneError as e:
+            return self._fail("runtime_error", str(e), compile_ms)
+        if fault == "corrupt":
+            outputs[0].reshape(-1)[0] += 1.0 if np.issubdtype(outputs[0].dtype, np.floating) else 1
+        reason = verify(outputs, prepared.refs, task.output_names, task.reduction_length)
+        if reason is not None:
+            return self._fail("wrong_result", reason, compile_ms)
+        call = kernel.bind_call(*prepared.inputs, *outputs)
+        timing = time_callable(call, config)
+        if call() != 0:
+            return self._fail("runtime_error", f"kernel {kernel.symbol} returned an error code while timed", compile_ms)
+        return MeasureResult(
+            "ok", timing.times_ms, "", self.worker, compile_ms, self.llvm_version, {"number": timing.number}
+        )
