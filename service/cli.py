@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", dest="fmt", required=True, choices=("so", "obj", "ll", "asm"), help="what to write")
     export.add_argument("-o", dest="output", required=True, metavar="FILE", help="output file (-o libx.so also writes libx.h)")
     _add_database_parsers(sub)
+    from service.tune_cli import add_tune_parser
+
+    add_tune_parser(sub, _positive_int)
     return p
 
 
@@ -449,7 +452,16 @@ def _db_import(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"ops": cmd_ops, "run": cmd_run, "apply": cmd_apply, "export": cmd_export, "best": cmd_best, "db": cmd_db}
+def cmd_tune(args: argparse.Namespace) -> int:
+    from service.tune_cli import cmd_tune as run_tune
+
+    return run_tune(args)
+
+
+COMMANDS = {
+    "ops": cmd_ops, "run": cmd_run, "apply": cmd_apply, "export": cmd_export, "best": cmd_best, "db": cmd_db,
+    "tune": cmd_tune,
+}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
