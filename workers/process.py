@@ -72,8 +72,10 @@ class MeasureProcess:
         cmd = [sys.executable, "-m", "workers.child", "--cores", ",".join(map(str, self.cores))]
         if self.worker:
             cmd += ["--worker", self.worker]
+        # Its own session: a Ctrl-C at the terminal interrupts the tuner, which
+        # then stops its processes; they must not die first and report a crash.
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, text=False
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, start_new_session=True
         )
         self._buffer = b""
         self.starts += 1

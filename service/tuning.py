@@ -1,0 +1,95 @@
+"""Tune one workload on this machine: the embedded deployment of the tuner's loop.
+
+`loomtune tune` and `loomtune.tune(...)` both come here: the database (SQLite
+by default), the design space for the target, the strategy by name, the local
+pool of measurement processes, the loop; then the best stored record is
+compiled once more and timed against numpy, interleaved, in this process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from codegen.kernel import Kernel, compile_program
+from codegen.target import Target
+from ir.task import Task
+from tuner.database import Database, TuningRecord
+from tuner.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
+from tuner.runner import Runner
+from tuner.space.base import DesignSpace
+from tuner.strategy import SearchContext, default_strategy, make_strategy
+from tuner.trace.trace import Trace
+from workers.compare import Comparison, compare_with_numpy
+
+
+def make_space(task: Task, target: Target) -> DesignSpace:
+    """The design space tuning samples for `task` on `target`."""
+    from tuner.space.simple import SimpleSpace
+
+    return SimpleSpace(task.program, threads=target.num_threads)
+
+
+@dataclass
+class TuneOutcome:
+    task: Task
+    target: Target
+    strategy: str
+    run: TuneRun
+    best: TuningRecord | None
+    """The best stored record of the workload on the target (this run's or an earlier one's)."""
+    kernel: Kernel | None = None
+    comparison: Comparison | None = None
+
+    @property
+    def best_trace(self) -> Trace | None:
+        return Trace.from_json(self.best.trace) if self.best is not None else None
+
+
+def tune_task(
+    task: Task,
+    *,
+    threads: int = 1,
+    trials: int = 64,
+    strategy: str | None = None,
+    seed: int = 0,
+    database: Database | None = None,
+    runner: Runner | None = None,
+    batch_size: int = DEFAULT_BATCH,
+    on_trial: Callable[[Trial], None] | None = None,
+    compare: bool = True,
+) -> TuneOutcome:
+    """Measure `trials` new candidates of `task`, then compile and check the best stored one.
+
+    With `compare`, the best kernel is verified and timed against numpy
+    (limited to the same threads) in this process; otherwise it is only compiled.
+    """
+    if database is None:
+        from service.db.store import open_database
+
+        database = open_database()
+    target = Target.host(threads)
+    canonical = target.canonical()
+    name = strategy or default_strategy()
+    context = SearchContext(task, canonical, make_space(task, target), database)
+    search = make_strategy(name, context, seed)
+    own_runner = runner is None
+    if runner is None:
+        from workers.pool import LocalPool
+
+        runner = LocalPool(threads=threads)
+    try:
+        run = tune_loop(
+            task, canonical, strategy=search, runner=runner, database=database, trials=trials,
+            batch_size=batch_size, on_trial=on_trial,
+        )  # fmt: skip
+    finally:
+        if own_runner:
+            runner.close()
+    outcome = TuneOutcome(task, target, name, run, database.best(task.key, canonical))
+    if outcome.best is not None:
+        program = Trace.from_json(outcome.best.trace).apply(task.program).program
+        outcome.kernel = compile_program(program, target)
+        if compare:
+            outcome.comparison = compare_with_numpy(outcome.kernel, task, threads=threads)
+    return outcome
