@@ -1,0 +1,112 @@
+"""/v1/jobs: submit, list, show, follow (history) and cancel tuning jobs (clients; admins see all)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from service import jobs as J
+from service.api.deps import Client, State
+from service.errors import Invalid
+from service.schemas import (
+    MAX_ID,
+    HistoryPointOut,
+    JobCreate,
+    JobHistory,
+    JobList,
+    JobOut,
+    JobStatus,
+    WorkloadRef,
+)
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
+
+
+def job_out(view: J.JobView) -> JobOut:
+    job = view.job
+    created, updated, finished = J.job_times(job)
+    spec = job.workload_spec or {}
+    return JobOut(
+        id=job.id,
+        owner=job.owner,
+        status=job.status,  # type: ignore[arg-type]
+        workload=WorkloadRef(key=job.workload_key, op=view.op, params=view.params, spec=spec or None),
+        target=view.target,
+        trials=job.budget,
+        trials_done=job.trials_done,
+        strategy=job.strategy,
+        seed=job.seed,
+        best_latency_ms=view.best_latency_ms,
+        best_record_id=view.best_record_id,
+        error=job.error,
+        waiting_reason=view.waiting_reason,
+        created_at=created,
+        updated_at=updated,
+        finished_at=finished,
+    )
+
+
+@router.post("", status_code=201, response_model=JobOut, summary="Submit a tuning job")
+def submit_job(body: JobCreate, caller: Client, state: State) -> JobOut:
+    """Queue a job tuning a workload on a target; 422 names the field of any bad input."""
+    settings = state.settings
+    if body.trials > settings.max_trials:
+        raise Invalid(("body", "trials"), f"a budget is at most {settings.max_trials} trials (LOOMTUNE_MAX_TRIALS), got {body.trials}")
+    strategy = J.resolve_strategy(body.strategy)
+    task = J.resolve_task(body.workload.spec())
+    with state.sessions.write() as session:
+        target = J.resolve_target(session, body.target, alive_seconds=settings.alive_seconds)
+        job = J.create_job(
+            session, owner=caller.owner, task=task, target=target, trials=body.trials, strategy=strategy, seed=body.seed
+        )
+        (view,) = J.job_views(session, [job], alive_seconds=settings.alive_seconds)
+    return job_out(view)
+
+
+@router.get("", response_model=JobList, summary="List jobs")
+def list_jobs(
+    caller: Client,
+    state: State,
+    status: JobStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+) -> JobList:
+    """The caller's jobs, newest first (an admin sees every owner's)."""
+    with state.sessions.read() as session:
+        jobs = J.list_jobs(session, caller, status=status, limit=limit, offset=offset)
+        views = J.job_views(session, jobs, alive_seconds=state.settings.alive_seconds)
+    return JobList(jobs=[job_out(v) for v in views])
+
+
+@router.get("/{job_id}", response_model=JobOut, summary="Show a job")
+def show_job(job_id: JobId, caller: Client, state: State) -> JobOut:
+    with state.sessions.read() as session:
+        job = J.get_job(session, job_id, caller)
+        (view,) = J.job_views(session, [job], alive_seconds=state.settings.alive_seconds)
+    return job_out(view)
+
+
+@router.get("/{job_id}/history", response_model=JobHistory, summary="A job's tuning curve")
+def job_history(job_id: JobId, caller: Client, state: State) -> JobHistory:
+    """One point per measurement of the job, in order, with the best so far."""
+    with state.sessions.read() as session:
+        job = J.get_job(session, job_id, caller)
+        points = J.job_history(session, job.id)
+    return JobHistory(
+        job_id=job.id,
+        status=job.status,  # type: ignore[arg-type]
+        trials=job.budget,
+        trials_done=job.trials_done,
+        points=[HistoryPointOut(**vars(p)) for p in points],
+    )
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a job, keeping its records")
+def cancel_job(job_id: JobId, caller: Client, state: State) -> JobOut:
+    with state.sessions.write() as session:
+        job = J.cancel_job(session, job_id, caller)
+        (view,) = J.job_views(session, [job], alive_seconds=state.settings.alive_seconds)
+    return job_out(view)

@@ -1,0 +1,138 @@
+"""The coordinator's FastAPI application: `create_app()`.
+
+It opens the tuning database (creating the schema when empty, upgrading the
+embedded SQLite file, refusing any other stale schema: `StaleSchemaError`),
+stores the hash of `LOOMTUNE_ADMIN_TOKEN` as the first admin token, and mounts
+a router per resource under /v1 plus /healthz and /metrics. OpenAPI is at
+/docs. Errors are JSON: `{"detail": "..."}`, and for 422 FastAPI's list of
+`{"loc", "msg", "type"}` naming each field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from service.api.deps import CoordinatorState, State
+from service.api.routes import jobs, schedules, tokens, workers, workloads
+from service.db.engine import make_engine
+from service.db.schema import ensure_schema
+from service.db.session import Sessions
+from service.db.store import DatabaseUnavailableError
+from service.errors import ApiError, Invalid, Unauthorized
+from service.metrics import Metrics
+from service.schemas import Health
+from service.settings import Settings
+from service.tokens import ensure_admin_token
+
+log = logging.getLogger("loomtune.coordinator")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("loomtune")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def open_engine(settings: Settings) -> Engine:
+    """The database engine, its schema checked (what `serve` refuses to start without)."""
+    engine = make_engine(settings.database_url)
+    try:
+        ensure_schema(engine)
+    except OperationalError as e:
+        where = engine.url.render_as_string(hide_password=True)
+        reason = str(e.orig).strip().splitlines()[0] if e.orig is not None else type(e).__name__
+        engine.dispose()
+        raise DatabaseUnavailableError(f"cannot open the database {where}: {reason}") from None
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def create_app(
+    database_url: str | None = None, *, settings: Settings | None = None, engine: Engine | None = None
+) -> FastAPI:
+    """A coordinator on `database_url` (else `settings.database_url`, else LOOMTUNE_DATABASE_URL).
+
+    `settings` default to the environment's (`Settings.from_env`). A given
+    `engine` is used as is (its schema still checked) and not disposed.
+    """
+    settings = settings if settings is not None else Settings.from_env(database_url=database_url)
+    if database_url is not None and settings.database_url != database_url:
+        from dataclasses import replace
+
+        settings = replace(settings, database_url=database_url)
+    owned = engine is None
+    if engine is None:
+        engine = open_engine(settings)
+    else:
+        ensure_schema(engine)
+    sessions = Sessions(engine)
+    if settings.admin_token:
+        with sessions.write() as session:
+            ensure_admin_token(session, settings.admin_token)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if owned:
+            engine.dispose()
+
+    app = FastAPI(
+        title="loomtune coordinator",
+        version=_version(),
+        description="Tuning jobs, the tuning database and measurement workers over REST (v1). "
+        "Authenticate with `Authorization: Bearer <token>` (`loomtune token create`).",
+        docs_url="/docs",
+        lifespan=lifespan,
+    )
+    app.state.loomtune = CoordinatorState(settings, sessions, Metrics(sessions, settings))
+    for module in (jobs, schedules, workloads, tokens, workers):
+        app.include_router(module.router)
+    _add_error_handlers(app)
+    _add_health_and_metrics(app)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        if isinstance(exc, Invalid):
+            return JSONResponse({"detail": exc.errors()}, status_code=422)
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)
+
+    @app.exception_handler(OperationalError)
+    async def database_down(_request: Request, exc: OperationalError) -> JSONResponse:
+        # The database went away (restart, network): not a bug of the request, retry later.
+        log.warning("database unavailable: %s", str(exc.orig).strip().splitlines()[0] if exc.orig else exc)
+        return JSONResponse({"detail": "the database is unavailable; retry later"}, status_code=503)
+
+
+def _add_health_and_metrics(app: FastAPI) -> None:
+    @app.get("/healthz", response_model=Health, tags=["health"], summary="Liveness (and the database)")
+    def healthz(state: State) -> Health | JSONResponse:
+        import migrations
+
+        try:
+            with state.sessions.read() as session:
+                session.execute(text("SELECT 1"))
+        except SQLAlchemyError:
+            return JSONResponse({"detail": "the database is unavailable"}, status_code=503)
+        return Health(status="ok", schema_revision=migrations.head_revision())
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=Response)
+    def metrics(state: State) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,330 @@
+"""Request and response bodies of the REST API (v1), as pydantic models.
+
+These are the wire format: the worker daemon's `workers/protocol.py` and the
+Python client speak them, and a contract test holds them together. Strings
+that reach the database refuse NUL and control characters here (PostgreSQL
+cannot store NUL), so bad input is a 422 naming the field, never a 500.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from service.tokens import OWNER_PATTERN
+from tuner.database import STATUSES
+
+MAX_ID = 2_147_483_647
+"""Ids are 32-bit integers in the database."""
+MAX_LEASE_BATCH = 256
+"""The most candidates one lease call hands out."""
+MAX_RESULTS_PER_POST = 1024
+
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+_NO_NUL = r"^[^\x00]*$"
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=_PRINTABLE)]
+TargetText = Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=_PRINTABLE)]
+Owner = Annotated[str, StringConstraints(pattern=OWNER_PATTERN)]
+Version = Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)]
+Message = Annotated[str, StringConstraints(max_length=100_000, pattern=_NO_NUL)]
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+WorkloadKey = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+RecordStatus = Literal["ok", "compile_error", "runtime_error", "timeout", "wrong_result", "crashed"]
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+Role = Literal["admin", "client", "worker"]
+
+assert set(RecordStatus.__args__) == set(STATUSES)  # type: ignore[attr-defined]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- jobs -----------------------------------------------------------------------------------
+
+
+class WorkloadIn(_In):
+    """A library operator with parameters, or a custom definition (`loomtune.workload/1`)."""
+
+    op: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)] | None = Field(
+        default=None, description="a library operator (`loomtune ops`)", examples=["matmul"]
+    )
+    params: dict[Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)], int] = Field(
+        default_factory=dict, description="parameters, name -> integer", examples=[{"m": 256, "n": 256, "k": 256}]
+    )
+    definition: dict[str, Any] | None = Field(
+        default=None, description="a custom workload definition (loomtune.workload/1)"
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> WorkloadIn:
+        if (self.op is None) == (self.definition is None):
+            raise ValueError('a workload is {"op", "params"} or {"definition", "params"}: give exactly one of op, definition')
+        return self
+
+    def spec(self) -> dict[str, Any]:
+        if self.definition is not None:
+            return {"definition": self.definition, "params": dict(self.params)}
+        return {"op": self.op, "params": dict(self.params)}
+
+
+class JobCreate(_In):
+    workload: WorkloadIn
+    target: TargetText = Field(
+        default="host",
+        description="'host' (the CPU of this coordinator's workers) or 'llvm -mcpu=... -mattr=... -num-threads=N'",
+    )
+    trials: Annotated[int, Field(ge=1, description="the budget: measurements to make (at most LOOMTUNE_MAX_TRIALS)")]
+    strategy: Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=_PRINTABLE)] | None = Field(
+        default=None, description="search strategy (default: evolutionary when it exists, else replay)"
+    )
+    seed: Annotated[int, Field(ge=0, le=MAX_ID)] | None = None
+
+
+class WorkloadRef(BaseModel):
+    key: str
+    op: str
+    params: dict[str, int]
+    spec: dict[str, Any] | None = Field(description="the workload as submitted ({op, params} or {definition, params})")
+
+
+class JobOut(BaseModel):
+    id: int
+    owner: str
+    status: JobStatus
+    workload: WorkloadRef
+    target: str
+    trials: int
+    trials_done: int
+    strategy: str
+    seed: int | None
+    best_latency_ms: float | None
+    best_record_id: str | None
+    error: str | None
+    waiting_reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+
+
+class HistoryPointOut(BaseModel):
+    trial: int
+    record_id: str
+    status: RecordStatus
+    latency_ms: float | None
+    best_ms: float | None = Field(description="best median so far, ms (null before the first ok)")
+    measured_at: datetime
+
+
+class JobHistory(BaseModel):
+    job_id: int
+    status: JobStatus
+    trials: int
+    trials_done: int
+    points: list[HistoryPointOut]
+
+
+# -- records, workloads, schedules ----------------------------------------------------------
+
+
+class RecordOut(BaseModel):
+    record_id: str
+    workload_key: str
+    target: str
+    job_id: int | None
+    trace: dict[str, Any]
+    trace_hash: str
+    run_times_ms: list[float]
+    median_ms: float | None
+    status: RecordStatus
+    message: str
+    worker: str
+    loomtune_version: str
+    llvm_version: str
+    measured_at: datetime
+
+
+class RecordList(BaseModel):
+    workload_key: str
+    records: list[RecordOut]
+
+
+class WorkloadOut(BaseModel):
+    key: str
+    op: str
+    params: dict[str, int]
+    records: int
+    created_at: datetime
+
+
+class WorkloadList(BaseModel):
+    workloads: list[WorkloadOut]
+
+
+class TraceFileOut(BaseModel):
+    """A trace file (`loomtune.trace/1`): save it and `loomtune apply` replays it."""
+
+    format: str
+    workload: dict[str, Any]
+    target: str
+    trace: dict[str, Any]
+
+
+class BestOut(BaseModel):
+    workload_key: str
+    op: str
+    params: dict[str, int]
+    target: str
+    record_id: str
+    measured_at: datetime
+    latency_ms: float = Field(description="the stored median, ms")
+    run_times_ms: list[float]
+    worker: str
+    trace: dict[str, Any]
+    trace_file: TraceFileOut
+
+
+# -- tokens ---------------------------------------------------------------------------------
+
+
+class TokenCreate(_In):
+    role: Role
+    owner: Owner | None = Field(default=None, description="who the token's jobs belong to (default: the role)")
+
+
+class TokenOut(BaseModel):
+    id: int
+    role: Role
+    owner: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class TokenCreated(TokenOut):
+    secret: str = Field(description="the bearer secret; shown this once, stored only as a hash")
+
+
+class TokenList(BaseModel):
+    tokens: list[TokenOut]
+
+
+# -- workers --------------------------------------------------------------------------------
+
+
+class WorkerRegister(_In):
+    name: Name
+    target: TargetText = Field(description="the worker's CPU: 'llvm -mcpu=... -mattr=... -num-threads=N'")
+
+
+class WorkerOut(BaseModel):
+    id: int
+    name: str
+    owner: str | None
+    target: str
+    registered_at: datetime
+    last_heartbeat: datetime
+    alive: bool
+    leases: int = Field(description="leases held now")
+
+
+class WorkerRegistered(WorkerOut):
+    lease_seconds: float
+    heartbeat_seconds: float
+
+
+class WorkerList(BaseModel):
+    workers: list[WorkerOut]
+
+
+class HeartbeatOut(BaseModel):
+    worker_id: int
+    leases_extended: int
+    lease_expires_at: datetime
+    lease_seconds: float
+    heartbeat_seconds: float
+
+
+class LeaseRequest(_In):
+    max_candidates: Annotated[int, Field(ge=1, le=MAX_LEASE_BATCH)] = 1
+
+
+class LeasedCandidate(BaseModel):
+    candidate_id: int
+    job_id: int
+    workload_key: str
+    workload: dict[str, Any] = Field(description="the workload spec ({op, params} or {definition, params})")
+    target: str
+    trace: dict[str, Any]
+    trace_hash: str
+    attempt: int
+    lease_expires_at: datetime
+
+
+class LeaseOut(BaseModel):
+    candidates: list[LeasedCandidate]
+    lease_seconds: float
+    heartbeat_seconds: float
+
+
+class ResultIn(_In):
+    candidate_id: Id
+    record_id: uuid.UUID = Field(description="a UUID the worker gives the measurement; posting it again is a no-op")
+    status: RecordStatus
+    run_times_ms: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=list, max_length=100_000)
+    message: Message = ""
+    loomtune_version: Version = ""
+    llvm_version: Version = ""
+
+    @model_validator(mode="after")
+    def _ok_has_times(self) -> ResultIn:
+        if self.status == "ok" and not self.run_times_ms:
+            raise ValueError("an ok result needs at least one run time (run_times_ms)")
+        return self
+
+    @field_validator("run_times_ms")
+    @classmethod
+    def _finite(cls, times: list[float]) -> list[float]:
+        if not all(math.isfinite(t) for t in times):
+            raise ValueError("run times must be finite")
+        return times
+
+
+class ResultsIn(_In):
+    results: list[ResultIn] = Field(min_length=1, max_length=MAX_RESULTS_PER_POST)
+
+
+class ResultsOut(BaseModel):
+    accepted: list[int] = Field(description="candidates this post finished")
+    duplicates: list[int] = Field(description="candidates whose result (same record id) was already accepted")
+
+
+class ReleaseIn(_In):
+    candidate_ids: list[Id] | None = Field(default=None, description="leases to hand back (default: all)", max_length=10_000)
+
+
+class ReleaseOut(BaseModel):
+    released: list[int]
+
+
+# -- health ---------------------------------------------------------------------------------
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    schema_revision: str
