@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, cores)
     measurer = Measurer(worker=args.worker or f"local:{os.getpid()}")
     limit = limit_address_space(max_bytes())
+    # A crashing candidate must die at once, not spend seconds writing a core file.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     hello = {"pid": os.getpid(), "cores": sorted(os.sched_getaffinity(0)), "address_space_limit": limit}
     serve(sys.stdin, protocol, Child(measurer), hello)
 

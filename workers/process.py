@@ -61,6 +61,7 @@ class MeasureProcess:
         self.starts = 0
         self._next_id = 0
         self._buffer = b""
+        self._eof = False
 
     @property
     def pid(self) -> int | None:
@@ -78,6 +79,7 @@ class MeasureProcess:
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, start_new_session=True
         )
         self._buffer = b""
+        self._eof = False
         self.starts += 1
         line = self._read_line(START_TIMEOUT_S)
         if line is None:
@@ -95,7 +97,7 @@ class MeasureProcess:
         return _signal_name(self.proc.returncode)
 
     def _read_line(self, timeout: float) -> bytes | None:
-        """One line from the child, or None on EOF (it died) or timeout (it is still running)."""
+        """One line from the child; None on EOF (it died: `self._eof`) or on timeout."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
@@ -108,6 +110,7 @@ class MeasureProcess:
                 return None
             chunk = os.read(fd, 1 << 16)
             if not chunk:
+                self._eof = True
                 return None
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
@@ -145,12 +148,12 @@ class MeasureProcess:
             return MeasureResult.failure("crashed", "the measurement process exited before the candidate was sent", self.worker)
         line = self._read_line(self.timeout_s)
         if line is None:
-            if self.proc.poll() is None:
+            if not self._eof:
                 self.kill()
                 return MeasureResult.failure(
                     "timeout", f"no result within {self.timeout_s:g} s; the measurement process was killed", self.worker
                 )
-            why = _signal_name(self.proc.returncode)
+            why = self._exit_text()  # EOF comes a moment before the exit status
             self.kill()
             return MeasureResult.failure("crashed", f"the measurement process died ({why})", self.worker)
         reply = json.loads(line)

@@ -1,0 +1,127 @@
+"""Measurement in real child processes: statuses, crash/timeout isolation, fault injection."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from typing import ClassVar
+
+import pytest
+
+from codegen.target import Target
+from ir.task import library_task
+from tuner.database import InMemoryDatabase
+from tuner.loop import tune_loop
+from tuner.space.simple import SimpleSpace
+from tuner.strategy import SearchContext
+from tuner.trace.trace import Trace
+from tuner.trace.traced_schedule import TracedSchedule
+from workers.measure import FAULT_KEY, Measurer
+from workers.pool import LocalPool, core_slots
+from workers.process import MeasureProcess
+
+TASK = library_task("matmul", {"m": 33, "n": 40, "k": 17})
+TARGET = Target.host(1)
+
+
+def _faulty(fault: str, tile: int = 8) -> Trace:
+    """A correct schedule of TASK, annotated with a test fault."""
+    sch = TracedSchedule(TASK.program)
+    c = sch.get_block("C")
+    _, j, _ = sch.get_loops(c)
+    _, ji = sch.split(j, [None, tile])
+    sch.vectorize(ji)
+    sch.annotate(c, FAULT_KEY, fault)
+    return sch.trace
+
+
+def _fault_env() -> dict[str, str]:
+    return {**os.environ, "LOOMTUNE_TEST_FAULTS": "1"}
+
+
+def test_measurer_statuses_in_process() -> None:
+    m = Measurer(worker="test")
+    good = SimpleSpace(TASK.program).sample(random.Random(0))
+    r = m.measure(TASK, TARGET, good)
+    assert r.ok and len(r.run_times_ms) == 3 and r.median_ms > 0 and r.compile_ms > 0 and r.llvm_version
+    # a trace that does not apply to this program
+    other = library_task("matmul", {"m": 16, "n": 16, "k": 16})
+    stale = SimpleSpace(other.program).sample(random.Random(1))
+    bad = m.measure(TASK, TARGET, stale)
+    assert bad.status == "compile_error" and "does not apply" in bad.message and bad.median_ms is None
+    # faults are ignored unless enabled in the environment
+    assert "LOOMTUNE_TEST_FAULTS" not in os.environ
+    assert m.measure(TASK, TARGET, _faulty("corrupt")).ok
+
+
+def test_process_crash_timeout_corrupt_and_oom_each_end_with_their_status() -> None:
+    p = MeasureProcess(timeout_s=5, env=_fault_env())
+    try:
+        spec, tgt = TASK.spec(), TARGET.canonical()
+        ok = p.measure(spec, tgt, _faulty("none").to_json())
+        assert ok.ok
+        first_pid = p.pid
+        crashed = p.measure(spec, tgt, _faulty("crash").to_json())
+        assert crashed.status == "crashed" and "SIGSEGV" in crashed.message
+        wrong = p.measure(spec, tgt, _faulty("corrupt").to_json())
+        assert wrong.status == "wrong_result" and "outside the tolerance" in wrong.message
+        assert p.pid != first_pid  # the crashed process was replaced
+        oom = p.measure(spec, tgt, _faulty("oom").to_json())
+        assert oom.status == "runtime_error" and "LOOMTUNE_MAX_BYTES" in oom.message
+        hung = p.measure(spec, tgt, _faulty("hang").to_json())
+        assert hung.status == "timeout" and "killed" in hung.message
+        assert p.measure(spec, tgt, _faulty("none", tile=4).to_json()).ok  # and it goes on
+        assert p.starts == 3
+    finally:
+        p.close()
+
+
+class _FaultySpace(SimpleSpace):
+    """SimpleSpace, with some samples annotated to crash, hang or corrupt their output."""
+
+    plan: ClassVar[dict[int, str]] = {2: "crash", 5: "hang", 7: "corrupt"}
+
+    def __init__(self, program) -> None:
+        super().__init__(program)
+        self.count = 0
+
+    def sample(self, rng):
+        self.count += 1
+        if self.count in self.plan:
+            return _faulty(self.plan[self.count], tile=[8, 10, 4][list(self.plan).index(self.count)])
+        return super().sample(rng)
+
+
+def test_tuning_goes_on_to_its_budget_through_crash_hang_and_wrong_output() -> None:
+    from tuner.replay import ReplayStrategy
+
+    db = InMemoryDatabase()
+    tgt = TARGET.canonical()
+    ctx = SearchContext(TASK, tgt, _FaultySpace(TASK.program), db)
+    with LocalPool(threads=1, timeout_s=5, env=_fault_env(), max_slots=1) as pool:
+        run = tune_loop(TASK, tgt, strategy=ReplayStrategy(ctx, 0), runner=pool, database=db, trials=12, batch_size=4)
+        starts = pool.processes[0].starts
+    assert run.trials_done == 12 and len(run.history) == 12
+    statuses = Counter(r.status for r in db.training_records(tgt))
+    assert statuses == {"ok": 9, "crashed": 1, "timeout": 1, "wrong_result": 1}
+    assert dict(run.failures) == {"crashed": 1, "timeout": 1, "wrong_result": 1}
+    assert starts == 3  # first start, after the crash, after the timeout
+    assert db.best(TASK.key, tgt).status == "ok"
+
+
+def test_core_slots_cut_the_cores_into_disjoint_sets() -> None:
+    assert core_slots(1, [0, 1, 2, 3]) == [(0,), (1,), (2,), (3,)]
+    assert core_slots(2, [0, 1, 2, 3, 4]) == [(0, 1), (2, 3)]
+    assert core_slots(4, [0, 1]) == [(0, 1)]  # more threads than cores: one oversubscribed slot
+    with pytest.raises(ValueError):
+        core_slots(0, [0])
+
+
+def test_a_pool_pins_each_process_to_its_cores() -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    with LocalPool(threads=1) as pool:
+        futures = pool.submit(TASK, TARGET.canonical(), [SimpleSpace(TASK.program).sample(random.Random(i)) for i in range(4)])
+        assert all(f.result().ok for f in futures)
+        pinned = sorted(tuple(p.hello["cores"]) for p in pool.processes if p.hello)
+    assert pinned == [(c,) for c in cores][: len(pinned)] and pinned
