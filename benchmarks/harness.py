@@ -12,7 +12,8 @@ Per case, in order:
    speed-up is measured under the same machine conditions.
 
 The compile suite repeats step 1 instead of step 3 and splits the time into
-lowering, LLVM IR emission and LLVM (optimise + JIT).
+lowering, LLVM IR emission and LLVM (optimise + JIT). The db suite has no
+kernels: it times the tuning database's queries (benchmarks/db_queries.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import threadpoolctl
@@ -44,6 +45,9 @@ from ir.task import gflops, library_task
 from workers.machine import limit_numpy_threads, machine_info
 from workers.timing import MeasureConfig, Timing, time_interleaved
 from workers.verify import empty_outputs, verify
+
+if TYPE_CHECKING:
+    from benchmarks import db_queries
 
 FORMAT = "loomtune.benchmarks/1"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -470,6 +474,58 @@ def run_compile(cases: Sequence[Case], settings: RunSettings) -> list[dict[str, 
     return rows
 
 
+# -- db suite ----------------------------------------------------------------------------
+
+
+def metered(quiet_wait_s: float) -> db_queries.Meter:
+    """A `db_queries.Meter`: wait for a quiet moment, time, say how much others used meanwhile.
+
+    CPU time of the helper processes (a local database server answering the
+    queries) counts as this process's own.
+    """
+
+    def meter(
+        timing: Callable[[], list[float]], helpers: Callable[[], float] | None = None
+    ) -> tuple[list[float], dict[str, float] | None]:
+        if quiet_wait_s > 0:
+            # A local database server counts as others here: it should be idle
+            # (autovacuum done) before the timing starts.
+            wait_until_quiet(quiet_wait_s)
+        before, helped_before = cpu_snapshot(), helpers() if helpers else 0.0
+        times = timing()
+        after, helped = cpu_snapshot(), (helpers() if helpers else 0.0) - helped_before
+        if after is not None:
+            after = dataclasses.replace(after, own=after.own + helped)
+        load = others_load(before, after)
+        if is_contended(load):
+            log(f"  contended while timed: {load}")
+        return times, load
+
+    return meter
+
+
+def run_db(quick: bool, settings: RunSettings) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The tuning database's queries on SQLite and PostgreSQL (benchmarks/db_queries.py).
+
+    Returns the rows and ``{"db": ...}``: what was inserted, the PostgreSQL
+    database and the (dropped) schema used, library versions.
+    """
+    from benchmarks import db_queries
+
+    config = db_queries.config_for(quick)
+    log(f"  {config.records:,} records per backend, {config.repeat} calls per query")
+    rows, details = db_queries.run(config, metered(settings.quiet_wait_s))
+    for row in rows:
+        row["contended"] = is_contended(row["others_load"])
+        if row["correct"]:
+            log(
+                f"  {row['label']}: median {row['median_ms']:.3f} ms (filled in {row['fill_s']:.1f} s)"
+            )
+        else:
+            log(f"  {row['label']}: FAILED: {row['message']}")
+    return rows, {"db": details}
+
+
 # -- one run ---------------------------------------------------------------------------
 
 
@@ -505,13 +561,26 @@ def run_suite(
     wall = time.perf_counter()
     run_before = cpu_snapshot()
     log(f"suite {suite.name}{' (quick)' if quick else ''}: {suite.description}")
-    first_compile_ms = warm_up_llvm()
-    cases = suite.build(quick)
+    first_compile_ms: float | None = None
     scaling: list[dict[str, Any]] = []
-    if suite.kind == "compile":
-        rows = run_compile(cases, settings)
+    measure: dict[str, Any] = dataclasses.asdict(settings.measure)
+    extra: dict[str, Any] = {}
+    if suite.kind == "db":
+        rows, extra = run_db(quick, settings)
+        measure = {"warmup": 1, "repeat": extra["db"]["repeat"]}
     else:
-        rows, scaling = run_timed(cases, settings)
+        first_compile_ms = warm_up_llvm()
+        cases = suite.build(quick)
+        if suite.kind == "compile":
+            rows = run_compile(cases, settings)
+        else:
+            rows, scaling = run_timed(cases, settings)
+    run_after = cpu_snapshot()
+    if run_after is not None and extra.get("db", {}).get("postgres_cpu_s"):
+        # The local PostgreSQL server worked for this run: not another process.
+        run_after = dataclasses.replace(
+            run_after, own=run_after.own + extra["db"]["postgres_cpu_s"]
+        )
     result = {
         "format": FORMAT,
         "suite": suite.name,
@@ -526,14 +595,15 @@ def run_suite(
         "target": Target.host().canonical(),
         "loomtune_version": importlib.metadata.version("loomtune"),
         "environment": environment or {},
-        "measure": dataclasses.asdict(settings.measure),
+        "measure": measure,
         "compile_repetitions": settings.compile_repetitions,
         "quiet_wait_s": settings.quiet_wait_s,
         "contended_threshold": CONTENDED,
-        "others_load": others_load(run_before, cpu_snapshot()),
+        "others_load": others_load(run_before, run_after),
         "first_compile_ms": first_compile_ms,
         "rows": rows,
         "scaling": scaling,
+        **extra,
     }
     path = write_result(result, out_dir, started)
     return result, path

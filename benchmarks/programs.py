@@ -124,8 +124,9 @@ def build_case(
 class Suite:
     """A list of cases (full or `quick` sizes) and how to measure them.
 
-    `kind` is ``timed`` (verify, then time against numpy) or ``compile``
-    (verify, then repeat the cold compile).
+    `kind` is ``timed`` (verify, then time against numpy), ``compile``
+    (verify, then repeat the cold compile) or ``db`` (no cases: the tuning
+    database's queries, benchmarks/db_queries.py).
     """
 
     name: str
@@ -294,6 +295,14 @@ SUITES: dict[str, Suite] = {
             "timed",
             _gemm_cases,
             min_repeat_ms=300.0,
+        ),
+        Suite(
+            "db",
+            "the search's queries on the tuning database (100,000 records: 50 workloads × 2 "
+            "targets, 10% failures) in a SQLite file and in PostgreSQL on this machine, through "
+            "SQLDatabase",
+            "db",
+            lambda quick: [],  # no kernels: benchmarks/db_queries.py fills and asks the databases
         ),
         Suite(
             "compile",

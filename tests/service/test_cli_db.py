@@ -147,6 +147,41 @@ def test_export_then_import_into_an_empty_database(url: str, tmp_path: Path) -> 
     assert loomtune(fresh, "db", "export").stdout.splitlines() == lines
 
 
+def test_merging_two_overlapping_exports_is_their_exact_union(url: str, tmp_path: Path) -> None:
+    # B shares two of A's records (copied there by an import) and has three of its own,
+    # one faster than A's best.
+    a_lines = loomtune(url, "db", "export").stdout.splitlines()
+    shared = tmp_path / "shared.jsonl"
+    shared.write_text("\n".join(a_lines[:2]) + "\n")
+    b_url = f"sqlite:///{tmp_path / 'b.db'}"
+    assert loomtune(b_url, "db", "import", str(shared)).returncode == 0
+    b = open_database(b_url)
+    b.commit_records([make_record(3, 1.5), make_record(6, None, status="crashed"), make_record(12, 4.0, target=HOST2)])
+    b.engine.dispose()
+    b_lines = loomtune(b_url, "db", "export").stdout.splitlines()
+    union = set(a_lines) | set(b_lines)
+    assert len(a_lines) == 4 and len(b_lines) == 5 and len(union) == 7
+
+    dumps = {}
+    for name, lines in (("a", a_lines), ("b", b_lines)):
+        dumps[name] = tmp_path / f"{name}.jsonl"
+        dumps[name].write_text("\n".join(lines) + "\n")
+    merged = []
+    for order in (("a", "b"), ("b", "a")):  # either way round
+        c_url = f"sqlite:///{tmp_path / ('merged_' + ''.join(order) + '.db')}"
+        for name in order:
+            proc = loomtune(c_url, "db", "import", str(dumps[name]))
+            assert proc.returncode == 0, proc.stderr
+        merged.append(loomtune(c_url, "db", "export").stdout.splitlines())
+    assert sorted(merged[0]) == sorted(union) and merged[1] == merged[0]
+
+    # merging B into A itself: A now holds the union, and B's faster record is A's best
+    assert "imported 3 new" in loomtune(url, "db", "import", str(dumps["b"])).stderr
+    assert sorted(loomtune(url, "db", "export").stdout.splitlines()) == sorted(union)
+    best = json.loads(loomtune(url, "best", "matmul", "m=48", "n=32", "k=16", "--json").stdout)
+    assert best["latency_ms"] == 1.5 and best["trace"] == tiled(3).trace.to_json()
+
+
 def test_export_filters_and_output_file(url: str, tmp_path: Path) -> None:
     out = tmp_path / "host2.jsonl"
     proc = loomtune(url, "db", "export", "--op", "matmul", "--target", "host -num-threads=2", "-o", str(out))

@@ -113,6 +113,31 @@ def require_postgresql() -> None:
         pytest.skip(message)
 
 
+def test_unreachable_postgresql_fails_in_ci_and_is_skipped_elsewhere() -> None:
+    """The rule above, checked: a pytest run against a closed port, with CI=true and without."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    node = f"{Path(__file__).resolve()}::test_empty_postgresql_database_gets_the_schema"
+    env = {**os.environ, "LOOMTUNE_TEST_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none"}
+    for ci in ("true", ""):
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
+            env={**env, "CI": ci},
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        summary = proc.stdout.strip().splitlines()[-1]
+        assert "PostgreSQL unreachable" in proc.stdout, proc.stdout[-2000:]
+        if ci:  # the fixture fails: pytest reports an error, the run fails
+            assert proc.returncode == 1 and "1 error" in summary and "skipped" not in summary, summary
+        else:
+            assert proc.returncode == 0 and "1 skipped" in summary, summary
+
+
 def pg_schema_engine(schema: str) -> Engine:
     return make_engine(PG_URL, connect_args={"options": f"-csearch_path={schema}"})
 
