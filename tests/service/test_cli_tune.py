@@ -1,0 +1,151 @@
+"""`loomtune tune` end to end: real measurement processes, a real SQLite file, `apply` of the result."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TANH_MATMUL = ROOT / "examples" / "tanh_matmul.workload.json"
+
+
+def loomtune(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LOOMTUNE_DATABASE_URL": f"sqlite:///{db}"}
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args], cwd=ROOT, capture_output=True, text=True, env=env
+    )
+
+
+def record_hashes(db: Path) -> list[str]:
+    with sqlite3.connect(db) as con:
+        return [row[0] for row in con.execute("SELECT trace_hash FROM records")]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
+    tmp = tmp_path_factory.mktemp("tune")
+    db = tmp / "loomtune.db"
+    plot = tmp / "curve.png"
+    proc = loomtune(db, "tune", "matmul", "m=256", "n=256", "k=256", "--trials", "32", "--json", "--plot", str(plot))
+    assert proc.returncode == 0, proc.stderr
+    return db, json.loads(proc.stdout), plot
+
+
+def test_tune_json_has_a_correct_best_and_every_trial(tuned: tuple[Path, dict, Path]) -> None:
+    db, out, _ = tuned
+    assert out["correct"] is True and out["op"] == "matmul" and out["params"] == {"m": 256, "n": 256, "k": 256}
+    assert out["trials"] == 32 and out["trials_done"] == 32 and len(out["history"]) == 32
+    assert out["latency_ms"] > 0 and out["numpy_ms"] > 0 and out["gflops"] > 0
+    assert out["speedup_vs_numpy"] == pytest.approx(out["numpy_ms"] / out["latency_ms"])
+    assert out["tuning_seconds"] > 0 and out["strategy"] == "replay"
+    assert set(out["failures"]) == {"compile_error", "runtime_error", "timeout", "wrong_result", "crashed"}
+    history = [h for h in out["history"] if h is not None]
+    assert history and all(b <= a for a, b in itertools.pairwise(history))
+    assert out["best_record_ms"] == pytest.approx(history[-1])
+    assert len(record_hashes(db)) == 32
+
+
+def test_the_best_trace_is_an_apply_able_trace_file(tuned: tuple[Path, dict, Path], tmp_path: Path) -> None:
+    db, out, _ = tuned
+    path = tmp_path / "best.trace.json"
+    path.write_text(json.dumps(out["best_trace"]))
+    proc = loomtune(db, "apply", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    applied = json.loads(proc.stdout)
+    assert applied["correct"] is True and applied["workload_key"] == out["workload_key"]
+
+
+def test_plot_is_a_png(tuned: tuple[Path, dict, Path]) -> None:
+    _, _, plot = tuned
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 5000
+
+
+def test_tuning_again_continues_and_measures_no_trace_twice(tuned: tuple[Path, dict, Path]) -> None:
+    db, first, _ = tuned
+    proc = loomtune(db, "tune", "matmul", "m=256", "n=256", "k=256", "--trials", "16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["trials_done"] == 16
+    hashes = record_hashes(db)
+    assert len(hashes) == 48 and len(set(hashes)) == 48
+    # the best stored overall can only get better
+    assert out["best_record_ms"] <= first["best_record_ms"]
+
+
+def test_a_custom_workload_tunes_from_its_json_file(tmp_path: Path) -> None:
+    proc = loomtune(tmp_path / "db.sqlite", "tune", "--workload", str(TANH_MATMUL), "--trials", "6", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["correct"] is True and out["trials_done"] == 6 and out["best_trace"]["workload"]["definition"]
+
+
+def test_a_custom_workload_tunes_through_the_python_api(tmp_path: Path) -> None:
+    import loomtune as lt
+
+    url = f"sqlite:///{tmp_path / 'api.sqlite'}"
+    result = lt.tune(TANH_MATMUL, trials=5, database_url=url)
+    assert result.trials_done == 5 and result.latency_ms and result.numpy_ms
+    task = result.task
+    inputs = task.make_inputs(3)
+    out = [np.empty(shape, dtype) for shape, dtype in task.output_specs()]
+    kernel = lt.load_best(TANH_MATMUL, database_url=url)
+    kernel(*inputs, *out)
+    np.testing.assert_allclose(out[0], task.reference(inputs)[0], rtol=1e-4, atol=1e-5)
+    assert result.best_trace.hash == result.record.trace_hash
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["matmul", "--strategy", "annealing"], ["unknown search strategy", "annealing"]),
+        (["matmul", "m=-3"], ["m"]),
+        (["matmul", "--plot", "curve.jpg"], ["PNG"]),
+        (["--tasks", "tasks.json"], ["--tasks"]),
+        (["matmul", "--trials", "0"], ["--trials"]),
+        ([], ["operator"]),
+    ],
+)
+def test_bad_tune_requests_are_one_line_errors(tmp_path: Path, args: list[str], words: list[str]) -> None:
+    db = tmp_path / "db.sqlite"
+    proc = loomtune(db, "tune", *args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("loomtune: error:") and "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[-1]
+
+
+def test_ctrl_c_keeps_what_was_measured_and_prints_the_best_so_far(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite"
+    env = {**os.environ, "LOOMTUNE_DATABASE_URL": f"sqlite:///{db}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "tune", "matmul", "m=64", "n=64", "k=64", "--trials", "5000", "--json"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if db.exists():
+            try:
+                if len(record_hashes(db)) >= 5:
+                    break
+            except sqlite3.OperationalError:
+                pass
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    out = json.loads(stdout)
+    assert 5 <= out["trials_done"] < 5000 and "interrupted" in out["stop_reason"]
+    assert out["correct"] is True and out["latency_ms"] > 0
+    assert len(record_hashes(db)) == out["trials_done"]
+    assert "crashed" not in {s for s, n in out["failures"].items() if n}
