@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     from service.tune_cli import add_tune_parser
 
     add_tune_parser(sub, _positive_int)
+    from service.coordinator_cli import add_coordinator_parsers
+
+    add_coordinator_parsers(sub, _Parser)
     return p
 
 
@@ -458,9 +461,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return run_tune(args)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from service.coordinator_cli import cmd_serve as serve
+
+    return serve(args)
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from service.coordinator_cli import cmd_token as token
+
+    return token(args)
+
+
 COMMANDS = {
     "ops": cmd_ops, "run": cmd_run, "apply": cmd_apply, "export": cmd_export, "best": cmd_best, "db": cmd_db,
-    "tune": cmd_tune,
+    "tune": cmd_tune, "serve": cmd_serve, "token": cmd_token,
 }  # fmt: skip
 
 
