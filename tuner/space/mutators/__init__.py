@@ -1,0 +1,9 @@
+"""Mutators, registered by name in `MUTATORS` (see base.py)."""
+
+from tuner.space.mutators import categoricals, compute_location, tile_size  # noqa: F401  (registers them)
+from tuner.space.mutators.base import MUTATORS, Mutator
+
+DEFAULT_MUTATORS = {"tile-size": 0.90, "compute-location": 0.05, "unroll": 0.03, "parallel": 0.02}
+"""Name -> probability of being tried first (MetaSchedule's CPU defaults)."""
+
+__all__ = ["DEFAULT_MUTATORS", "MUTATORS", "Mutator"]

@@ -1,0 +1,44 @@
+"""Verify: reject candidates that would compile to something unreasonable.
+
+Legality is the primitives' job (each refuses what would change the result);
+this postprocessor rejects what is legal but never worth a measurement:
+- a block under unrolled loops whose extents multiply past `max_unrolled`
+  (code size and compile time explode);
+- a parallel loop inside another loop (threads forked once per outer iteration).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ir.expr import Const
+from ir.schedule.state import all_blocks, loops_above
+from tuner.space.base import SpaceRejected
+from tuner.space.context import SpaceContext
+from tuner.space.postprocs.base import POSTPROCS, Postproc
+from tuner.trace.traced_schedule import TracedSchedule
+
+
+@POSTPROCS.register("verify")
+class Verify(Postproc):
+    def __init__(self, *, max_unrolled: int = 1024) -> None:
+        self.max_unrolled = max_unrolled
+
+    def apply(self, sch: TracedSchedule, ctx: SpaceContext) -> None:
+        for r in all_blocks(sch.program):
+            loops = loops_above(sch.program, r.block.name)
+            unrolled = math.prod(
+                int(lp.extent.value)
+                for lp in loops
+                if lp.kind == "unrolled" and isinstance(lp.extent, Const)
+            )
+            if unrolled > self.max_unrolled:
+                raise SpaceRejected(
+                    f'block "{r.block.name}" is unrolled {unrolled} times (more than {self.max_unrolled})'
+                )
+            for depth, lp in enumerate(loops):
+                if lp.kind == "parallel" and depth > 0:
+                    raise SpaceRejected(
+                        f"loop {lp.var.name} is parallel inside loop {loops[depth - 1].var.name}: "
+                        "threads would be forked once per outer iteration"
+                    )

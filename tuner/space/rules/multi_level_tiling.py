@@ -1,0 +1,192 @@
+"""Multi-level tiling for CPUs ("SSRSRS"), with a local accumulator and a packed weight.
+
+For a reduction block that reuses data (matmul, conv: some input is indexed
+without some output axis), each spatial loop is split in four and each
+reduction loop in two by sampled perfect tiles, and the pieces are ordered
+
+    S0 S1 R0 S2 R1 S3        e.g. matmul: i0 j0 | i1 j1 | k0 | i2 j2 | k1 | i3 j3
+
+so S3 is a register tile (its last loop is vectorized, the others unrolled by
+the postprocessors), S2 x R1 a cache tile, and S0 x S1 the outer, parallel
+work. The innermost factor of the last spatial loop (the vector axis) is at
+most 4 vector registers' worth; the others at most `max_innermost_factor`.
+
+Then (each step as in docs/gemm.md):
+- packing: a sampled choice rewrites the weight operand (the input read along
+  the vector axis that misses another spatial axis, e.g. matmul's B[k, n])
+  into column panels as wide as the innermost vector tile, `panel_map(P)`:
+  the inner loop then streams one contiguous panel;
+- a local accumulator: `cache_write`, so the reduction accumulates into a
+  buffer that compaction shrinks to the tile (registers), written back once;
+- element-wise consumers (dense's bias + relu) are folded into that write-back
+  (`reverse_compute_inline`), so the intermediate disappears;
+- where the write-back goes is sampled: at the end of S0 or of S1 (tile
+  levels 1 or 2; both lie outside every reduction loop, as
+  `reverse_compute_at` requires). `decompose_reduction` comes later, in a
+  postprocessor: `reverse_compute_at` refuses once a reduction is decomposed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ir.expr import Var
+from ir.node import walk
+from ir.program import BlockRealize, BufferStore, Program
+from ir.schedule import Schedule, ScheduleError
+from ir.schedule.analysis import readers
+from ir.schedule.layout import IndexMap, panel_map
+from ir.schedule.state import find_block, loops_above
+from tuner.space.analysis import has_reuse, is_elementwise, is_simple, loop_role, written_buffer
+from tuner.space.context import SpaceContext
+from tuner.space.rules.base import RULES, ScheduleRule
+from tuner.trace.traced_schedule import BlockRef, IntRV, LoopRef, TracedSchedule
+
+
+@RULES.register("multi-level-tiling")
+class MultiLevelTiling(ScheduleRule):
+    def __init__(
+        self,
+        *,
+        structure: str = "SSRSRS",
+        max_innermost_factor: int = 8,
+        max_vector_factor: int | None = None,
+        max_reduce_factor: int = 64,
+        write_levels: Sequence[int] = (1, 2),
+        pack_probability: float = 0.5,
+    ) -> None:
+        if set(structure) != {"S", "R"}:
+            raise ValueError(f"tiling structure {structure!r} must use both S and R levels")
+        self.structure = structure
+        self.max_innermost_factor = max_innermost_factor
+        self.max_vector_factor = max_vector_factor
+        self.max_reduce_factor = max_reduce_factor
+        self.write_levels = tuple(write_levels)
+        self.pack_probability = pack_probability
+
+    @staticmethod
+    def applies(program: Program, block: str) -> bool:
+        """A naive reduction nest with data reuse, every loop purely spatial or reduction."""
+        r = find_block(program, block)
+        if (
+            r.block.init is None
+            or not isinstance(r.block.body, BufferStore)
+            or written_buffer(r) is None
+        ):
+            return False
+        if not is_simple(program, block) or not has_reuse(r):
+            return False
+        roles = [loop_role(r, lp) for lp in loops_above(program, block)]
+        return "spatial" in roles and all(x in ("spatial", "reduce") for x in roles)
+
+    def apply(self, sch: TracedSchedule, block: str | None, ctx: SpaceContext) -> None:
+        assert block is not None
+        if not self.applies(sch.program, block):
+            return
+        r = find_block(sch.program, block)
+        roles = [loop_role(r, lp) for lp in loops_above(sch.program, block)]
+        vector_axis = max(k for k, role in enumerate(roles) if role == "spatial")
+        s_levels, r_levels = self.structure.count("S"), self.structure.count("R")
+
+        # 1. sampled tile sizes, one perfect tiling per loop
+        b = sch.get_block(block)
+        loops = sch.get_loops(b)
+        tiles: list[list[IntRV]] = []
+        for k, (lp, role) in enumerate(zip(loops, roles)):
+            if role == "spatial":
+                bound = self._vector_bound(ctx) if k == vector_axis else self.max_innermost_factor
+                tiles.append(sch.sample_perfect_tile(lp, n=s_levels, max_innermost_factor=bound))
+            else:
+                tiles.append(
+                    sch.sample_perfect_tile(
+                        lp, n=r_levels, max_innermost_factor=self.max_reduce_factor
+                    )
+                )
+
+        # 2. a sampled choice: pack the weight into panels as wide as the vector tile
+        self._maybe_pack(sch, b, r, vector_axis, int(tiles[vector_axis][-1]))
+
+        # 3. split and reorder S0 S1 R0 S2 R1 S3
+        parts = [sch.split(lp, f) for lp, f in zip(loops, tiles)]
+        groups: list[tuple[str, list[LoopRef]]] = []
+        seen = {"S": 0, "R": 0}
+        for ch in self.structure:
+            level = seen[ch]
+            seen[ch] += 1
+            groups.append(
+                (
+                    ch,
+                    [
+                        parts[k][level]
+                        for k, role in enumerate(roles)
+                        if (role == "spatial") == (ch == "S")
+                    ],
+                )
+            )
+        order = [lp for _, g in groups for lp in g]
+        if len(order) > 1:
+            sch.reorder(*order)
+
+        # 4. the local accumulator, its write-back (with element-wise consumers folded in)
+        output = written_buffer(r)
+        assert output is not None
+        try:
+            writeback = sch.cache_write(b, 0, "local")
+        except ScheduleError:
+            return  # e.g. a consumer in the same nest: stay tiled without a cache
+        self._fold_consumers(sch, output)
+        outer = [
+            g
+            for ch, g in groups[: next(i for i, (c, _) in enumerate(groups) if c == "R")]
+            if ch == "S"
+        ]
+        levels = [lv for lv in self.write_levels if 1 <= lv <= len(outer) and outer[lv - 1]]
+        if not levels:
+            return
+        level = (
+            levels[0]
+            if len(levels) == 1
+            else sch.sample_categorical(levels, [1 / len(levels)] * len(levels))
+        )
+        sch.reverse_compute_at(writeback, outer[int(level) - 1][-1])
+
+    def _vector_bound(self, ctx: SpaceContext) -> int:
+        return self.max_vector_factor or ctx.max_vector_extent
+
+    def _maybe_pack(
+        self, sch: TracedSchedule, block: BlockRef, r: BlockRealize, axis: int, width: int
+    ) -> None:
+        iv = r.block.iter_vars[axis].var
+        spatial = {x.var for x in r.block.iter_vars if x.kind == "spatial"}
+        inputs = {b.name for b in sch.program.inputs}
+        for rd in r.block.reads:
+            shape = rd.buffer.concrete_shape()
+            if rd.buffer.name not in inputs or len(shape) < 2 or rd.region[-1].min != iv:
+                continue
+            used = {n for rng in rd.region for n in walk(rng.min) if isinstance(n, Var)}
+            if not spatial - used or not 1 < width < shape[-1]:
+                continue
+            p = self.pack_probability
+            if p <= 0 or int(sch.sample_categorical([0, 1], [1 - p, p])) == 0:
+                return
+            imap = (
+                panel_map(width)
+                if len(shape) == 2
+                else IndexMap.from_callable(
+                    len(shape), lambda *x: (x[-1] // width, *x[:-1], x[-1] % width)
+                )
+            )
+            sch.transform_layout(block, rd.buffer.name, imap)
+            return
+
+    @staticmethod
+    def _fold_consumers(sch: TracedSchedule, buffer: str) -> None:
+        """Element-wise consumers of the old output become part of the write-back (dense + relu)."""
+        for c in readers(sch.program, buffer):
+            if not is_elementwise(c):
+                continue
+            try:
+                Schedule(sch.program).reverse_compute_inline(c.block.name)
+            except ScheduleError:
+                continue
+            sch.reverse_compute_inline(sch.get_block(c.block.name))

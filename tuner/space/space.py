@@ -1,0 +1,171 @@
+"""`RuleSpace`: the design space built from schedule rules, postprocessors and mutators.
+
+A sample is made in two parts, recorded on one `TracedSchedule`:
+
+    [rule part]     the rules, block by block (consumers first), then the root
+                    rules: tiling, inlining, compute locations, and annotations
+                    (`loomtune.parallel`, `loomtune.vectorize`, `loomtune.unroll`)
+                    with every sampled decision;
+    [marker]        get_block(<first block>); annotate(..., "loomtune.postprocs",
+                    "<postprocessor names>") - a no-op for codegen;
+    [postproc part] the postprocessors: annotations turned into parallel,
+                    vectorized and unrolled loops, reductions decomposed, checks.
+
+The whole trace is complete: `Trace.apply(program)` gives exactly the program
+to compile, and it is what the database stores and `loomtune apply` replays.
+
+Mutation stays correct because the postprocessor part is never edited. The
+marker tells where the rule part ends (`rule_part`); a mutator changes
+decisions there only (a tile size, an unroll depth, a parallel extent, a
+compute location); the space replays that rule part strictly on the naive
+program and reruns the postprocessors, which are deterministic functions of
+the program. A tile size that changes which loops exist therefore changes the
+fused parallel loop, the vectorized loop and the decomposed init consistently,
+and a mutated trace is as complete as a fresh sample. A trace without the
+marker (hand-written, or from another space) cannot be mutated: `mutate`
+returns None.
+
+Choices that change the trace's structure (pack a weight or not, where a
+write-back goes, rfactor or not) are sampled categoricals too, recorded for
+the reader; they are not mutated (the instructions after them depend on them).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+
+from codegen.target import Target
+from ir.program import Program
+from ir.schedule import ScheduleError
+from ir.schedule.state import all_blocks
+from tuner.space.base import SpaceRejected
+from tuner.space.context import SpaceContext
+from tuner.space.mutators import DEFAULT_MUTATORS, MUTATORS, Mutator
+from tuner.space.postprocs import DEFAULT_POSTPROCS, POSTPROCS, Postproc
+from tuner.space.rules import DEFAULT_RULES, RULES, ScheduleRule
+from tuner.trace.errors import TraceError
+from tuner.trace.instruction import RV
+from tuner.trace.trace import Trace
+from tuner.trace.traced_schedule import TracedSchedule
+
+MARKER = "loomtune.postprocs"
+"""The block annotation that separates a trace's rule part from its postprocessor part."""
+
+
+class RuleSpace:
+    """A `DesignSpace` (tuner/space/base.py) over one program, for one target."""
+
+    def __init__(
+        self,
+        program: Program,
+        target: Target,
+        *,
+        rules: Sequence[str | ScheduleRule] = DEFAULT_RULES,
+        postprocs: Sequence[str | Postproc] = DEFAULT_POSTPROCS,
+        mutators: Mapping[str | Mutator, float] = DEFAULT_MUTATORS,
+        mutate_tries: int = 8,
+    ) -> None:
+        self.program = program
+        self.target = target
+        self.context = SpaceContext(program, target)
+        self.rules = [RULES.create(r) if isinstance(r, str) else r for r in rules]
+        self.postprocs = [POSTPROCS.create(p) if isinstance(p, str) else p for p in postprocs]
+        self.mutators = [
+            (MUTATORS.create(m) if isinstance(m, str) else m, float(w)) for m, w in mutators.items()
+        ]
+        self.mutate_tries = mutate_tries
+
+    # -- the DesignSpace contract ----------------------------------------------------
+
+    def sample(self, rng: random.Random) -> Trace:
+        sch = TracedSchedule(self.program, rng=rng)
+        try:
+            self.apply_rules(sch)
+        except (ScheduleError, TraceError) as e:
+            raise SpaceRejected(f"a rule was refused: {e}") from None
+        return self.finish(sch)
+
+    def mutate(self, trace: Trace, rng: random.Random) -> Trace | None:
+        """A complete neighbour of `trace`; None when no mutator can change it, or when
+        `mutate_tries` changed candidates were all illegal."""
+        rules = self.rule_part(trace)
+        if rules is None:
+            return None
+        pool = [(m, w) for m, w in self.mutators if w > 0]
+        for _ in range(self.mutate_tries):
+            if not pool:
+                return None
+            mutator = rng.choices([m for m, _ in pool], weights=[w for _, w in pool], k=1)[0]
+            changed = mutator.apply(rules, rng, self.context)
+            if changed is None:
+                pool = [(m, w) for m, w in pool if m is not mutator]
+                continue
+            try:
+                return self.complete(changed)
+            except SpaceRejected:
+                continue
+        return None
+
+    # -- the parts -----------------------------------------------------------------------
+
+    def apply_rules(self, sch: TracedSchedule) -> None:
+        """Block rules on every block (consumers first, in the order given), then root rules."""
+        names = [r.block.name for r in all_blocks(sch.program)]
+        block_rules = [r for r in self.rules if r.scope == "block"]
+        for name in reversed(names):
+            for rule in block_rules:
+                if name not in {r.block.name for r in all_blocks(sch.program)}:
+                    break  # inlined by an earlier rule
+                rule.apply(sch, name, self.context)
+        for rule in self.rules:
+            if rule.scope == "root":
+                rule.apply(sch, None, self.context)
+
+    def finish(self, sch: TracedSchedule) -> Trace:
+        """Mark the end of the rule part and run the postprocessors: a complete trace."""
+        try:
+            first = all_blocks(sch.program)[0].block.name
+            sch.annotate(sch.get_block(first), MARKER, ",".join(p.name for p in self.postprocs))
+            for p in self.postprocs:
+                p.apply(sch, self.context)
+        except (ScheduleError, TraceError) as e:
+            raise SpaceRejected(f"a postprocessor was refused: {e}") from None
+        return sch.trace
+
+    def complete(self, rules: Trace) -> Trace:
+        """Replay a rule part (every decision given) and postprocess it."""
+        try:
+            sch = rules.apply(self.program)
+        except (ScheduleError, TraceError) as e:
+            raise SpaceRejected(str(e)) from None
+        return self.finish(sch)
+
+    @staticmethod
+    def rule_part(trace: Trace) -> Trace | None:
+        """The instructions (and decisions) before the marker; None when there is no marker."""
+        for i, inst in enumerate(trace.instructions):
+            if inst.kind == "annotate" and inst.attr("key") == MARKER:
+                start = i
+                handle = inst.inputs[0]
+                before = trace.instructions[i - 1] if i else None
+                if (
+                    isinstance(handle, RV)
+                    and before is not None
+                    and before.kind == "get_block"
+                    and before.outputs == (handle.name,)
+                ):
+                    start = i - 1
+                return Trace(
+                    trace.instructions[:start],
+                    {k: v for k, v in trace.decisions.items() if k < start},
+                )
+        return None
+
+
+def default_space(program: Program, target: Target, **options: object) -> RuleSpace:
+    """The design space the tuner samples: the default rules, postprocessors and mutators.
+
+    `options` are RuleSpace's keywords (`rules=`, `postprocs=`, `mutators=`, `mutate_tries=`).
+    """
+    return RuleSpace(program, target, **options)  # type: ignore[arg-type]
