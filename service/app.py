@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from service.api.deps import CoordinatorState, State
 from service.api.routes import jobs, schedules, tokens, workers, workloads
@@ -43,9 +44,15 @@ def _version() -> str:
         return "0+unknown"
 
 
+POOL_SIZE = 20
+POOL_OVERFLOW = 40
+"""Connections kept and allowed beyond them: uvicorn runs up to 40 requests at once in threads,
+each holding at most one connection at a time."""
+
+
 def open_engine(settings: Settings) -> Engine:
     """The database engine, its schema checked (what `serve` refuses to start without)."""
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
     try:
         ensure_schema(engine)
     except OperationalError as e:
@@ -114,9 +121,14 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OperationalError)
     async def database_down(_request: Request, exc: OperationalError) -> JSONResponse:
-        # The database went away (restart, network): not a bug of the request, retry later.
+        # The database went away (restart, network) or stayed locked: not a bug of the request.
         log.warning("database unavailable: %s", str(exc.orig).strip().splitlines()[0] if exc.orig else exc)
         return JSONResponse({"detail": "the database is unavailable; retry later"}, status_code=503)
+
+    @app.exception_handler(PoolTimeoutError)
+    async def too_busy(_request: Request, exc: PoolTimeoutError) -> JSONResponse:
+        log.warning("no database connection free: %s", exc)
+        return JSONResponse({"detail": "the coordinator is overloaded; retry later"}, status_code=503)
 
 
 def _add_health_and_metrics(app: FastAPI) -> None:
