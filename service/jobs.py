@@ -7,7 +7,9 @@ waits for workers' results and finishes it:
     queued -> running -> succeeded | failed | cancelled     (cancelled also from queued)
 
 Every function takes the caller's `Session`, inside `Sessions.write()` when it
-changes anything, so the caller decides what commits together.
+changes anything, so the caller decides what commits together. Row locks go
+in one order everywhere, worker -> jobs -> candidates (see `service.leases`):
+lock a job before touching its candidates.
 
 The job runner's seam (it wraps `tuner.loop.tune_loop` with a `Runner` over these):
 

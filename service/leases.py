@@ -7,6 +7,10 @@ of that target re-dispatches it (`service.db.store.lease_candidates` takes
 pending and expired candidates alike). A result counts only while its lease is
 held (else 409, and nothing of that post is stored); a result posted twice
 with the same record id is stored once and answered the same way.
+
+Row locks are always taken in one order, worker -> jobs -> candidates (by id),
+here and in `service.jobs` (cancel, finish), so concurrent posts, heartbeats,
+leases and cancels wait for each other but never deadlock on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -62,9 +66,15 @@ def get_worker(session: Session, worker_id: int, caller: Caller) -> m.Worker:
     return worker
 
 
+def _touch(session: Session, worker: m.Worker, now: datetime) -> None:
+    """Record a sign of life; first, so the worker's row is the first lock a request takes."""
+    worker.last_heartbeat = now
+    session.flush()
+
+
 def _keep_alive(session: Session, worker: m.Worker, lease_seconds: float, now: datetime) -> tuple[int, datetime]:
     """Record a sign of life and extend the worker's unexpired leases; (how many, until when)."""
-    worker.last_heartbeat = now
+    _touch(session, worker, now)
     until = now + timedelta(seconds=lease_seconds)
     extended = session.execute(
         update(m.Candidate)
@@ -187,7 +197,10 @@ def submit_results(session: Session, worker: m.Worker, results: Sequence[Result]
         raise Invalid(("body", "results"), "a candidate appears twice in one post")
     if len({r.record_id for r in results}) != len(results):
         raise Invalid(("body", "results"), "a record_id appears twice in one post")
-    # Lock in id order: two posts never wait on each other in a cycle.
+    _touch(session, worker, now)
+    # Lock the jobs, then the candidates, each in id order (see the module's docstring).
+    job_ids = sorted(set(session.scalars(select(m.Candidate.job_id).where(m.Candidate.id.in_(by_candidate)))))
+    jobs = {j.id: j for j in session.scalars(select(m.Job).where(m.Job.id.in_(job_ids)).order_by(m.Job.id).with_for_update())}
     candidates = {
         c.id: c
         for c in session.scalars(
@@ -217,7 +230,6 @@ def submit_results(session: Session, worker: m.Worker, results: Sequence[Result]
     taken = set(session.scalars(select(m.Record.record_id).where(m.Record.record_id.in_([r.record_id for _, r in fresh]))))
     if taken:
         raise Conflict(f"record_id {sorted(taken)[0]} is already another measurement's")
-    jobs = {j.id: j for j in session.scalars(select(m.Job).where(m.Job.id.in_({c.job_id for c, _ in fresh})))}
     per_job: dict[int, int] = {}
     for c, r in fresh:
         job = jobs[c.job_id]
@@ -252,13 +264,13 @@ def submit_results(session: Session, worker: m.Worker, results: Sequence[Result]
         session.execute(
             update(m.Job).where(m.Job.id == job_id).values(trials_done=m.Job.trials_done + count, updated_at=now)
         )
-    worker.last_heartbeat = now
     session.flush()
     return Accepted([c.id for c, _ in fresh], duplicates)
 
 
 def release(session: Session, worker: m.Worker, candidate_ids: Iterable[int] | None = None) -> list[int]:
     """Hand leases back (all of the worker's, or those named) for others to lease at once."""
+    _touch(session, worker, utc_now())
     query = (
         update(m.Candidate)
         .where(m.Candidate.lease_holder == worker.id, m.Candidate.status == "leased")
@@ -268,7 +280,6 @@ def release(session: Session, worker: m.Worker, candidate_ids: Iterable[int] | N
     if candidate_ids is not None:
         query = query.where(m.Candidate.id.in_(list(candidate_ids)))
     released = sorted(session.scalars(query).all())
-    worker.last_heartbeat = utc_now()
     session.flush()
     return released
 

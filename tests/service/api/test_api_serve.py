@@ -108,6 +108,62 @@ def test_serve_on_loopback(database_url: str) -> None:
         assert http.get("/docs").status_code == 200
 
 
+CANDIDATES = 240
+WORKERS = 8
+
+
+def _work(base: str, secret: str, name: str) -> tuple[list[int], list[int]]:
+    """A simulated worker: lease batches of 10 and report them until none is left; (ids, odd statuses)."""
+    got: list[int] = []
+    odd: list[int] = []
+    with httpx.Client(base_url=base, headers=_bearer(secret), timeout=30) as http:
+        wid = http.post("/v1/workers", json={"name": name, "target": ZEN}).json()["id"]
+        while True:
+            r = http.post(f"/v1/workers/{wid}/lease", json={"max_candidates": 10})
+            batch = [c["candidate_id"] for c in r.json()["candidates"]] if r.status_code == 200 else []
+            if r.status_code != 200:
+                odd.append(r.status_code)
+            if not batch:
+                return got, odd
+            if http.post(f"/v1/workers/{wid}/heartbeat").status_code != 200:
+                odd.append(-1)
+            r = http.post(f"/v1/workers/{wid}/results", json={"results": [result(c, 1.0 + c) for c in batch]})
+            if r.status_code != 200:
+                odd.append(r.status_code)
+            got += batch
+
+
+def test_concurrent_workers_measure_each_candidate_once(database_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from service import jobs
+    from service.db.session import Sessions
+
+    with serving(database_url) as http:
+        client = http.post("/v1/tokens", json={"role": "client"}, headers=_bearer(ADMIN)).json()["secret"]
+        worker = http.post("/v1/tokens", json={"role": "worker"}, headers=_bearer(ADMIN)).json()["secret"]
+        job = http.post(
+            "/v1/jobs", headers=_bearer(client),
+            json={"workload": {"op": "softmax", "params": {"m": 8, "n": 8}}, "target": ZEN, "trials": CANDIDATES},
+        ).json()  # fmt: skip
+        engine = make_engine(database_url)
+        with Sessions(engine).write() as s:  # the job runner's part
+            assert jobs.claim_job(s, "test-runner", 600) is not None
+            jobs.add_candidates(s, job["id"], [({"n": i}, f"{i:064x}") for i in range(CANDIDATES)])
+        base = str(http.base_url)
+        with ThreadPoolExecutor(WORKERS) as pool:
+            done = list(pool.map(lambda i: _work(base, worker, f"w{i}"), range(WORKERS)))
+        ids = [c for got, _ in done for c in got]
+        assert [odd for _, odd in done] == [[]] * WORKERS
+        assert len(ids) == CANDIDATES and len(set(ids)) == CANDIDATES
+        shown = http.get(f"/v1/jobs/{job['id']}", headers=_bearer(client)).json()
+        assert shown["trials_done"] == CANDIDATES
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM records")).scalar() == CANDIDATES
+            assert conn.execute(text("SELECT max(attempts) FROM candidates")).scalar() == 1
+        engine.dispose()
+
+
 def test_serve_over_tls(sqlite_url: str, tmp_path: Path) -> None:
     if shutil.which("openssl") is None:
         pytest.skip("no openssl to make a certificate")
