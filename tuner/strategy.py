@@ -57,6 +57,7 @@ def register_strategy(name: str) -> Callable[[StrategyFactory], StrategyFactory]
 
 def make_strategy(name: str, context: SearchContext, seed: int) -> SearchStrategy:
     # Strategies register themselves when their module is imported.
+    import tuner.evolutionary
     import tuner.replay  # noqa: F401
 
     if name not in STRATEGIES:
@@ -67,6 +68,7 @@ def make_strategy(name: str, context: SearchContext, seed: int) -> SearchStrateg
 
 def default_strategy() -> str:
     """Evolutionary search once it exists, replay before (DESIGN.md)."""
+    import tuner.evolutionary
     import tuner.replay  # noqa: F401
 
     return "evolutionary" if "evolutionary" in STRATEGIES else "replay"

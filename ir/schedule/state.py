@@ -13,7 +13,7 @@ from ir.build import NameSupply
 from ir.errors import LoomtuneError
 from ir.expr import Var
 from ir.node import Node, map_children, walk
-from ir.program import Block, BlockRealize, For, Program, SeqStmt, Stmt
+from ir.program import Allocate, BlockRealize, For, Program, SeqStmt, Stmt
 
 
 class ScheduleError(LoomtuneError):
@@ -49,16 +49,35 @@ def loop_name(loop: LoopRV | str) -> str:
 
 
 def names_in(program: Program) -> set[str]:
-    """Every name in use: buffers, loop and iteration variables, blocks."""
+    """Every name in use: buffers, loop and iteration variables, blocks, shape variables.
+
+    Names are only introduced by loops, blocks (their iteration variables and
+    scratch buffers) and buffers, so the loop tree and the buffers are visited,
+    not every index expression (this runs once per primitive).
+    """
     used: set[str] = set()
-    for n in walk(program):
-        if isinstance(n, Var | Block):
-            used.add(n.name)
-    for b in (*program.params, *program.allocs):
+    buffers = [*program.params, *program.allocs]
+    for s in _stmts(program.body):
+        if isinstance(s, For):
+            used.add(s.var.name)
+        elif isinstance(s, BlockRealize):
+            block = s.block
+            used.add(block.name)
+            used.update(iv.var.name for iv in block.iter_vars)
+            buffers.extend(block.alloc_buffers)
+            buffers.extend(r.buffer for r in (*block.reads, *block.writes))
+            for inner in _stmts(block.body):  # loops and scratch inside a block body
+                if isinstance(inner, For):
+                    used.add(inner.var.name)
+                elif isinstance(inner, Allocate):
+                    buffers.append(inner.buffer)
+        elif isinstance(s, Allocate):
+            buffers.append(s.buffer)
+    for b in buffers:
         used.add(b.name)
-    for n in walk(program):
-        if isinstance(n, Block):
-            used.update(buf.name for buf in n.alloc_buffers)
+        for n in (x for dim in b.shape for x in walk(dim)):
+            if isinstance(n, Var):
+                used.add(n.name)
     return used
 
 

@@ -1,0 +1,235 @@
+"""Evolutionary search guided by the cost model: the default strategy.
+
+Each proposal round:
+
+1. the population starts from the best traces already measured for this
+   workload (the database's top records and this run's results) and fresh
+   samples of the design space;
+2. for `generations` rounds, parents are drawn with probability rising with
+   their predicted score and mutated (`DesignSpace.mutate`); the best-scored
+   `population` of parents and children survive;
+3. the batch is the model's top picks among everything seen that was never
+   measured nor proposed (de-duplicated by trace hash, across runs), with an
+   `epsilon` share of fresh random samples so the model keeps learning about
+   parts of the space it rates badly.
+
+Results train the model (`observe`), which is saved to the database for the
+target. The model is warm-started from the target's stored records of this
+and other workloads. All randomness comes from one `random.Random(seed)`
+(and a seeded, single-threaded XGBoost), so a seeded search proposes the same
+traces in any process.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir.errors import LoomtuneError
+from ir.library import OPS
+from ir.program import Program
+from ir.schedule import ScheduleError
+from ir.task import Task, custom_task, library_task
+from tuner.cost_model import DEFAULT_OBJECTIVE, XGBCostModel
+from tuner.database import TuningRecord
+from tuner.features import program_features
+from tuner.runner import MeasureResult
+from tuner.space.base import SpaceRejected
+from tuner.strategy import SearchContext, register_strategy
+from tuner.trace.errors import TraceError
+from tuner.trace.trace import Trace
+
+_REJECTED = (SpaceRejected, ScheduleError, TraceError)
+
+
+@dataclass(frozen=True)
+class EvolutionaryConfig:
+    """Hyper-parameters of the evolutionary search (defaults sized for Python on a few cores).
+
+    Attributes:
+        population: traces kept per generation.
+        generations: rounds of mutation and selection per proposal.
+        init_measured: best measured traces that seed each population.
+        epsilon: share of each batch given to fresh random samples.
+        objective: the cost model's objective ("regression" or "rank").
+        min_samples: results before the model is trusted (random scores before).
+        warm_start_records: stored records of the target the model learns from at the start.
+    """
+
+    population: int = 48
+    generations: int = 2
+    init_measured: int = 16
+    epsilon: float = 0.125
+    objective: str = DEFAULT_OBJECTIVE
+    min_samples: int = 16
+    warm_start_records: int = 256
+
+
+def _task_of(record: TuningRecord) -> Task:
+    if record.op in OPS:
+        try:
+            return library_task(record.op, record.params)
+        except LoomtuneError:
+            pass
+    return custom_task(record.definition, record.params)
+
+
+class EvolutionaryStrategy:
+    def __init__(self, context: SearchContext, seed: int, config: EvolutionaryConfig | None = None) -> None:
+        self.context = context
+        self.config = config or EvolutionaryConfig()
+        self.rng = random.Random(seed)
+        self.model = XGBCostModel(objective=self.config.objective, seed=seed, min_samples=self.config.min_samples)
+        self.proposed: set[str] = set()
+        self.measured: dict[str, tuple[Trace, float]] = {}  # hash -> (trace, latency) of ok results
+        self._features: dict[str, np.ndarray | None] = {}
+        self._warm_start()
+
+    # -- features --------------------------------------------------------------------
+
+    def _feature(self, trace: Trace, program: Program | None = None) -> np.ndarray | None:
+        h = trace.hash
+        if h not in self._features:
+            try:
+                scheduled = trace.apply(program or self.context.task.program).program
+                self._features[h] = program_features(scheduled)
+            except (*_REJECTED, RecursionError):
+                self._features[h] = None
+        return self._features[h]
+
+    def _warm_start(self) -> None:
+        c = self.context
+        for r in c.database.top_k(c.task.key, c.target, self.config.init_measured):
+            try:
+                self.measured[r.trace_hash] = (Trace.from_json(r.trace), float(r.median_ms or 0.0))
+            except TraceError:
+                continue
+        records = c.database.training_records(c.target)[-self.config.warm_start_records :]
+        feats, lats, groups = [], [], []
+        tasks: dict[str, Task | None] = {}
+        for r in records:
+            if r.workload_key not in tasks:
+                try:
+                    tasks[r.workload_key] = c.task if r.workload_key == c.task.key else _task_of(r)
+                except LoomtuneError:
+                    tasks[r.workload_key] = None
+            task = tasks[r.workload_key]
+            if task is None:
+                continue
+            try:
+                f = program_features(Trace.from_json(r.trace).apply(task.program).program)
+            except (*_REJECTED, RecursionError):
+                continue
+            feats.append(f)
+            lats.append(r.median_ms)
+            groups.append(r.workload_key)
+        if feats:
+            self.model.update(feats, lats, groups)
+
+    # -- proposing ---------------------------------------------------------------------
+
+    def _is_new(self, trace: Trace) -> bool:
+        h = trace.hash
+        c = self.context
+        return h not in self.proposed and h not in self.measured and not c.database.has_measured(c.task.key, c.target, h)
+
+    def _sample(self) -> Trace | None:
+        try:
+            return self.context.space.sample(self.rng)
+        except _REJECTED:
+            return None
+
+    def _mutate(self, trace: Trace) -> Trace | None:
+        try:
+            return self.context.space.mutate(trace, self.rng)
+        except _REJECTED:
+            return None
+
+    def _score(self, traces: Sequence[Trace]) -> list[float]:
+        feats = [self._feature(t) for t in traces]
+        valid = [i for i, f in enumerate(feats) if f is not None]
+        scores = [-math.inf] * len(traces)
+        if valid:
+            predicted = self.model.predict([feats[i] for i in valid])
+            for i, s in zip(valid, predicted):
+                scores[i] = float(s)
+        return scores
+
+    def _pick_parent(self, population: Sequence[Trace], scores: Sequence[float]) -> Trace:
+        finite = [s for s in scores if math.isfinite(s)]
+        low = min(finite) if finite else 0.0
+        weights = [(s - low + 1e-3) if math.isfinite(s) else 0.0 for s in scores]
+        if sum(weights) <= 0:
+            return self.rng.choice(list(population))
+        return self.rng.choices(list(population), weights=weights, k=1)[0]
+
+    def propose(self, n: int) -> list[Trace]:
+        cfg = self.config
+        seen: dict[str, Trace] = {}
+
+        def add(t: Trace | None) -> None:
+            if t is not None and t.hash not in seen and self._feature(t) is not None:
+                seen[t.hash] = t
+
+        best = sorted(self.measured.values(), key=lambda tl: tl[1])[: cfg.init_measured]
+        for trace, _ in best:
+            add(trace)
+        for _ in range(cfg.population * 2):
+            if len(seen) >= cfg.population:
+                break
+            add(self._sample())
+        population = list(seen.values())
+        if not population:
+            return []
+        for _ in range(cfg.generations):
+            scores = self._score(population)
+            for _ in range(cfg.population):
+                add(self._mutate(self._pick_parent(population, scores)))
+            everyone = list(seen.values())
+            ranked = sorted(zip(self._score(everyone), range(len(everyone))), key=lambda si: -si[0])
+            population = [everyone[i] for _, i in ranked[: cfg.population]]
+        everyone = list(seen.values())
+        scores = self._score(everyone)
+        order = sorted(range(len(everyone)), key=lambda i: -scores[i])
+        n_random = min(n, max(0, round(cfg.epsilon * n)))
+        out: list[Trace] = []
+        for i in order:
+            if len(out) >= n - n_random:
+                break
+            if self._is_new(everyone[i]):
+                out.append(everyone[i])
+                self.proposed.add(everyone[i].hash)
+        for _ in range(16 * n + 64):
+            if len(out) >= n:
+                break
+            t = self._sample()
+            if t is not None and self._is_new(t):
+                out.append(t)
+                self.proposed.add(t.hash)
+        return out
+
+    # -- learning ----------------------------------------------------------------------
+
+    def observe(self, traces: Sequence[Trace], results: Sequence[MeasureResult]) -> None:
+        feats, lats = [], []
+        for t, r in zip(traces, results):
+            if r.ok and r.median_ms is not None:
+                self.measured[t.hash] = (t, r.median_ms)
+            f = self._feature(t)
+            if f is None:
+                continue
+            feats.append(f)
+            lats.append(r.median_ms)
+        if feats:
+            self.model.update(feats, lats, [self.context.task.key] * len(feats))
+        if self.model.trained:
+            self.context.database.save_cost_model(self.context.target, self.model.to_bytes(), self.model.samples)
+
+
+@register_strategy("evolutionary")
+def _make(context: SearchContext, seed: int) -> EvolutionaryStrategy:
+    return EvolutionaryStrategy(context, seed)
