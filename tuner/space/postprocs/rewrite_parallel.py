@@ -3,10 +3,13 @@
 Starting from the outermost loop of the nest, loops are taken while they are
 perfectly nested, serial, data-parallel for every block under them, and their
 extents multiply to at most the nest's `loomtune.parallel` annotation (the
-first is taken even when larger). They are fused into one loop, made parallel.
-Only top-level loops: a parallel loop inside another loop would fork threads
-once per outer iteration. When the fused loop cannot be parallel (overlapping
-writes), fewer loops are tried.
+first is taken even when larger; leading loops of extent 1 are passed over).
+They are fused into one loop, made parallel. Only top-level loops (or under
+extent-1 loops): a parallel loop inside another loop would fork threads once
+per outer iteration. When the fused loop cannot be parallel, fewer loops are
+tried: in practice `parallel` proves the writes of a fused loop disjoint only
+when its index needs no division, so the outermost non-trivial loop alone is
+often what runs in parallel.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from tuner.trace.traced_schedule import TracedSchedule
 
 
 def _candidates(stmt: Stmt, limit: int) -> list[For]:
+    """The perfectly nested, data-parallel outer loops to fuse, leading extent-1 loops skipped."""
     blocks = blocks_under(stmt)
     chain: list[For] = []
     product = 1
@@ -34,9 +38,12 @@ def _candidates(stmt: Stmt, limit: int) -> list[For]:
         extent = int(s.extent.value)
         if chain and product * extent > limit:
             break
-        chain.append(s)
-        product *= extent
+        if chain or extent > 1:
+            chain.append(s)
+            product *= extent
         s = s.body
+    while len(chain) > 1 and int(chain[-1].extent.value) == 1:  # type: ignore[attr-defined]
+        chain.pop()
     return chain
 
 
@@ -57,8 +64,10 @@ class RewriteParallel(Postproc):
                 if _extent(chain[: len(names)]) >= 2 and is_legal(
                     sch.program, lambda s, n=tuple(names): _fuse_parallel(s, n)
                 ):
-                    handles = sch.get_loops(sch.get_block(first))[: len(names)]
-                    loop = handles[0] if len(handles) == 1 else sch.fuse(*handles)
+                    handles = sch.get_loops(sch.get_block(first))
+                    start = [h.name for h in handles].index(names[0])
+                    picked = handles[start : start + len(names)]
+                    loop = picked[0] if len(picked) == 1 else sch.fuse(*picked)
                     sch.parallel(loop)
                     break
                 names.pop()

@@ -4,11 +4,13 @@ Legality is the primitives' job (each refuses what would change the result);
 this postprocessor rejects what is legal but never worth a measurement:
 - a block under unrolled loops whose extents multiply past `max_unrolled`
   (code size and compile time explode);
-- a parallel loop inside another loop (threads forked once per outer iteration).
+- a parallel loop inside another loop of extent > 1 (threads forked once per
+  outer iteration).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from ir.expr import Const
@@ -36,9 +38,10 @@ class Verify(Postproc):
                 raise SpaceRejected(
                     f'block "{r.block.name}" is unrolled {unrolled} times (more than {self.max_unrolled})'
                 )
-            for depth, lp in enumerate(loops):
-                if lp.kind == "parallel" and depth > 0:
+            repeating = [lp for lp in loops if lp.extent != Const(1, lp.extent.dtype)]
+            for outer, lp in itertools.pairwise(repeating):
+                if lp.kind == "parallel":
                     raise SpaceRejected(
-                        f"loop {lp.var.name} is parallel inside loop {loops[depth - 1].var.name}: "
+                        f"loop {lp.var.name} is parallel inside loop {outer.var.name}: "
                         "threads would be forked once per outer iteration"
                     )

@@ -49,7 +49,8 @@ class ReductionChain(ScheduleRule):
             return
         readers = consumers(program, name)
         row_reductions = [c for c in readers if c.block.init is not None and not has_reuse(c)]
-        if not readers or has_reuse(r) or not (r.block.init is not None or row_reductions):
+        tiled = r.block.init is not None and has_reuse(r)
+        if not readers or tiled or not (r.block.init is not None or row_reductions):
             return
         candidates = sch.compute_location_candidates(name)
         chosen = -1
