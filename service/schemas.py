@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -31,6 +32,17 @@ MAX_LEASE_BATCH = 256
 """The most candidates one lease call hands out."""
 MAX_RESULTS_PER_POST = 1024
 
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, got a boolean")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_bool)]
+"""An integer, where JSON's true/false would otherwise pass as 1/0."""
+
+
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 _NO_NUL = r"^[^\x00]*$"
 
@@ -39,8 +51,7 @@ TargetText = Annotated[str, StringConstraints(min_length=1, max_length=2048, pat
 Owner = Annotated[str, StringConstraints(pattern=OWNER_PATTERN)]
 Version = Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)]
 Message = Annotated[str, StringConstraints(max_length=100_000, pattern=_NO_NUL)]
-Id = Annotated[int, Field(ge=1, le=MAX_ID)]
-WorkloadKey = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Id = Annotated[Int, Field(ge=1, le=MAX_ID)]
 RecordStatus = Literal["ok", "compile_error", "runtime_error", "timeout", "wrong_result", "crashed"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Role = Literal["admin", "client", "worker"]
@@ -61,7 +72,7 @@ class WorkloadIn(_In):
     op: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)] | None = Field(
         default=None, description="a library operator (`loomtune ops`)", examples=["matmul"]
     )
-    params: dict[Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)], int] = Field(
+    params: dict[Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)], Int] = Field(
         default_factory=dict, description="parameters, name -> integer", examples=[{"m": 256, "n": 256, "k": 256}]
     )
     definition: dict[str, Any] | None = Field(
@@ -86,11 +97,11 @@ class JobCreate(_In):
         default="host",
         description="'host' (the CPU of this coordinator's workers) or 'llvm -mcpu=... -mattr=... -num-threads=N'",
     )
-    trials: Annotated[int, Field(ge=1, description="the budget: measurements to make (at most LOOMTUNE_MAX_TRIALS)")]
+    trials: Annotated[Int, Field(ge=1, description="the budget: measurements to make (at most LOOMTUNE_MAX_TRIALS)")]
     strategy: Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=_PRINTABLE)] | None = Field(
         default=None, description="search strategy (default: evolutionary when it exists, else replay)"
     )
-    seed: Annotated[int, Field(ge=0, le=MAX_ID)] | None = None
+    seed: Annotated[Int, Field(ge=0, le=MAX_ID)] | None = None
 
 
 class WorkloadRef(BaseModel):
@@ -261,7 +272,7 @@ class HeartbeatOut(BaseModel):
 
 
 class LeaseRequest(_In):
-    max_candidates: Annotated[int, Field(ge=1, le=MAX_LEASE_BATCH)] = 1
+    max_candidates: Annotated[Int, Field(ge=1, le=MAX_LEASE_BATCH)] = 1
 
 
 class LeasedCandidate(BaseModel):

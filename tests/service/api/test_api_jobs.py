@@ -60,6 +60,7 @@ BAD: list[tuple[str, dict[str, Any], list[Any], str]] = [
     ("zero trials", {"workload": MATMUL, "trials": 0}, ["body", "trials"], "greater than or equal to 1"),
     ("over the max", {"workload": MATMUL, "trials": 1001}, ["body", "trials"], "LOOMTUNE_MAX_TRIALS"),
     ("no trials", {"workload": MATMUL}, ["body", "trials"], "required"),
+    ("boolean trials", {"workload": MATMUL, "trials": True}, ["body", "trials"], "boolean"),
     ("unknown op", {"workload": {"op": "matmool"}, "trials": 1}, ["body", "workload", "op"], "unknown operator"),
     ("negative shape", {"workload": {"op": "matmul", "params": {"m": -4}}, "trials": 1}, ["body", "workload", "params"], "m"),
     ("huge shape", {"workload": {"op": "matmul", "params": {"m": 10**6, "n": 10**6, "k": 10**6}}, "trials": 1}, ["body", "workload", "params"], ""),
