@@ -83,10 +83,10 @@ def resolve_task(spec: Mapping[str, Any], loc: tuple[str, ...] = ("body", "workl
 
 def known_strategies() -> tuple[list[str], str]:
     """The strategies the tuner registers, and the default (evolutionary once it exists)."""
-    import tuner.replay  # noqa: F401  (strategies register themselves when imported)
     from tuner.strategy import STRATEGIES, default_strategy
 
-    return sorted(STRATEGIES), default_strategy()
+    default = default_strategy()  # imports the strategy modules, which register themselves
+    return sorted(STRATEGIES), default
 
 
 def resolve_strategy(name: str | None, loc: tuple[str, ...] = ("body", "strategy")) -> str:
