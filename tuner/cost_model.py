@@ -13,6 +13,7 @@ is the winner. Until `min_samples` results are in, predictions are random
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Sequence
@@ -116,8 +117,11 @@ class XGBCostModel:
 
     def to_bytes(self) -> bytes:
         """The trained booster with a small header; the samples themselves stay in the database."""
-        header = {"format": MODEL_FORMAT, "objective": self.objective, "samples": self.samples, "seed": self.seed}
         raw = bytes(self._booster.save_raw("ubj")) if self._booster is not None else b""  # type: ignore[attr-defined]
+        header = {
+            "format": MODEL_FORMAT, "objective": self.objective, "samples": self.samples, "seed": self.seed,
+            "sha256": hashlib.sha256(raw).hexdigest(),
+        }  # fmt: skip
         head = json.dumps(header).encode()
         return len(head).to_bytes(4, "big") + head + raw
 
@@ -127,11 +131,14 @@ class XGBCostModel:
             n = int.from_bytes(data[:4], "big")
             header = json.loads(data[4 : 4 + n])
             raw = data[4 + n :]
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise CostModelError(f"cost model bytes are corrupt: {e}") from None
         if not isinstance(header, dict) or header.get("format") != MODEL_FORMAT:
             raise CostModelError(f"not a loomtune cost model (expected {MODEL_FORMAT})")
-        model = XGBCostModel(objective=header["objective"], seed=int(header.get("seed", 0)))
+        # XGBoost may crash the process on a damaged booster, so damage is caught here.
+        if header.get("sha256") != hashlib.sha256(raw).hexdigest():
+            raise CostModelError("cost model bytes are corrupt (checksum mismatch)")
+        model = XGBCostModel(objective=header.get("objective", DEFAULT_OBJECTIVE), seed=int(header.get("seed", 0)))
         if raw:
             import xgboost as xgb
 

@@ -47,7 +47,7 @@ def test_tune_json_has_a_correct_best_and_every_trial(tuned: tuple[Path, dict, P
     assert out["trials"] == 32 and out["trials_done"] == 32 and len(out["history"]) == 32
     assert out["latency_ms"] > 0 and out["numpy_ms"] > 0 and out["gflops"] > 0
     assert out["speedup_vs_numpy"] == pytest.approx(out["numpy_ms"] / out["latency_ms"])
-    assert out["tuning_seconds"] > 0 and out["strategy"] == "replay"
+    assert out["tuning_seconds"] > 0 and out["strategy"] == "evolutionary"
     assert set(out["failures"]) == {"compile_error", "runtime_error", "timeout", "wrong_result", "crashed"}
     history = [h for h in out["history"] if h is not None]
     assert history and all(b <= a for a, b in itertools.pairwise(history))

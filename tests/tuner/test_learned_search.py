@@ -1,0 +1,166 @@
+"""Features, the XGBoost cost model and evolutionary search (on the simulated runner)."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ir.schedule import Schedule
+from ir.task import library_task
+from tuner.cost_model import CostModelError, XGBCostModel, normalised_throughput
+from tuner.database import InMemoryDatabase
+from tuner.evolutionary import EvolutionaryStrategy
+from tuner.features import FEATURE_NAMES, FEATURES, STORE_FEATURE_NAMES, program_features
+from tuner.loop import tune_loop
+from tuner.simulated import SimulatedRunner
+from tuner.space.simple import SimpleSpace
+from tuner.strategy import SearchContext, default_strategy, make_strategy
+
+TARGET = "sim"
+
+
+def _feature(name: str, vec: np.ndarray) -> float:
+    return float(vec[FEATURE_NAMES.index(name)])
+
+
+def test_features_have_a_fixed_documented_length_and_see_the_schedule() -> None:
+    task = library_task("matmul", {"m": 64, "n": 64, "k": 32})
+    naive = program_features(task.program)
+    sch = Schedule(task.program)
+    i, j, k = sch.get_loops("C")
+    j0, j1 = sch.split(j, [None, 16])
+    sch.reorder(i, j0, k, j1)
+    sch.vectorize(j1)
+    sch.parallel(i)
+    tuned = program_features(sch.program)
+    assert naive.shape == tuned.shape == (FEATURES,) and len(FEATURE_NAMES) == FEATURES
+    assert 2 * len(STORE_FEATURE_NAMES) + 2 == FEATURES
+    assert np.isfinite(tuned).all() and not np.array_equal(naive, tuned)
+    assert _feature("max_log_vector_lanes", naive) == 1 and _feature("max_log_vector_lanes", tuned) == pytest.approx(np.log2(17))
+    assert _feature("max_log_parallel", tuned) == pytest.approx(np.log2(65))
+    # the same program always gives the same vector
+    assert np.array_equal(tuned, program_features(sch.program))
+    # j1 is innermost and unit-stride for B and C, invariant for A
+    assert _feature("max_inner_stride1", tuned) >= 2 and _feature("max_inner_stride0", tuned) >= 1
+
+
+def test_features_cover_every_library_operator() -> None:
+    from ir.library import OPS
+
+    for op in OPS:
+        vec = program_features(library_task(op, {}).program)
+        assert vec.shape == (FEATURES,) and np.isfinite(vec).all() and vec.any(), op
+
+
+def test_normalised_throughput_is_per_workload_and_zero_for_failures() -> None:
+    y = normalised_throughput([2.0, 4.0, None, 10.0, 5.0], ["a", "a", "a", "b", "b"])
+    assert y.tolist() == pytest.approx([1.0, 0.5, 0.0, 0.5, 1.0])
+
+
+def _dataset(n: int = 80, seed: int = 0):
+    task = library_task("matmul", {"m": 120, "n": 96, "k": 64})
+    space = SimpleSpace(task.program)
+    rng = random.Random(seed)
+    runner = SimulatedRunner()
+    feats, lats = [], []
+    for _ in range(n):
+        t = space.sample(rng)
+        feats.append(program_features(t.apply(task.program).program))
+        lats.append(runner.measure(task, t).median_ms)
+    return feats, lats
+
+
+@pytest.mark.parametrize("objective", ["regression", "rank"])
+def test_the_model_learns_the_order_and_round_trips_through_bytes(objective: str) -> None:
+    from scipy.stats import spearmanr
+
+    feats, lats = _dataset()
+    model = XGBCostModel(objective=objective, seed=0, min_samples=16)
+    model.update(feats[:10], lats[:10], ["w"] * 10)
+    assert not model.trained  # too few samples: random scores
+    model.update(feats[10:60], lats[10:60], ["w"] * 50)
+    assert model.trained and model.samples == 60
+    pred = model.predict(feats[60:])
+    rho = spearmanr(pred, [-x for x in lats[60:]]).statistic
+    assert rho > 0.5, rho  # held-out: faster programs score higher
+    again = XGBCostModel.from_bytes(model.to_bytes())
+    assert again.objective == objective and np.allclose(again.predict(feats[60:]), pred)
+
+
+def test_corrupt_model_bytes_are_refused() -> None:
+    with pytest.raises(CostModelError):
+        XGBCostModel.from_bytes(b"\x00\x00\x00\x02{}")
+    good = XGBCostModel(min_samples=4)
+    feats, lats = _dataset(20)
+    good.update(feats, lats, ["w"] * 20)
+    data = good.to_bytes()
+    with pytest.raises(CostModelError):
+        XGBCostModel.from_bytes(data[: len(data) // 2] + b"garbage")
+
+
+def _tune(strategy: str, task, seed: int, trials: int = 64, db=None):
+    db = db or InMemoryDatabase()
+    ctx = SearchContext(task, TARGET, SimpleSpace(task.program), db)
+    run = tune_loop(task, TARGET, strategy=make_strategy(strategy, ctx, seed), runner=SimulatedRunner(), database=db, trials=trials)
+    return run, db
+
+
+def test_evolutionary_is_the_default_strategy() -> None:
+    assert default_strategy() == "evolutionary"
+
+
+@pytest.mark.slow
+def test_evolutionary_beats_replay_at_64_trials_over_5_seeds() -> None:
+    task = library_task("matmul", {"m": 720, "n": 480, "k": 360})
+    evo = [_tune("evolutionary", task, seed)[0].history[-1] for seed in range(5)]
+    rep = [_tune("replay", task, seed)[0].history[-1] for seed in range(5)]
+    assert statistics.median(evo) < statistics.median(rep), (evo, rep)
+
+
+def test_no_trace_is_proposed_twice_and_the_model_is_saved() -> None:
+    task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
+    run, db = _tune("evolutionary", task, 3, trials=48)
+    hashes = [r.trace_hash for r in db.training_records(TARGET)]
+    assert run.trials_done == 48 and len(set(hashes)) == 48
+    saved = db.load_cost_model(TARGET)
+    assert saved is not None and saved[1] == 48
+    assert XGBCostModel.from_bytes(saved[0]).trained
+    # a new search on the same database starts from the stored records: model trained, best seeded
+    ctx = SearchContext(task, TARGET, SimpleSpace(task.program), db)
+    again = EvolutionaryStrategy(ctx, 4)
+    assert again.model.trained and again.model.samples == 48
+    assert min(lat for _, lat in again.measured.values()) == pytest.approx(db.best(task.key, TARGET).median_ms)
+    proposed = again.propose(16)
+    assert proposed and not any(db.has_measured(task.key, TARGET, t.hash) for t in proposed)
+
+
+_SCRIPT = """
+import json
+from ir.task import library_task
+from tuner.database import InMemoryDatabase
+from tuner.loop import tune_loop
+from tuner.simulated import SimulatedRunner
+from tuner.space.simple import SimpleSpace
+from tuner.strategy import SearchContext, make_strategy
+task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
+db = InMemoryDatabase()
+ctx = SearchContext(task, "sim", SimpleSpace(task.program), db)
+seen = []
+tune_loop(task, "sim", strategy=make_strategy("evolutionary", ctx, 11), runner=SimulatedRunner(), database=db,
+          trials=40, on_trial=lambda t: seen.append(t.trace.hash))
+print(json.dumps(seen))
+"""
+
+
+def test_a_seeded_evolutionary_search_gives_identical_traces_in_a_fresh_process() -> None:
+    runs = [
+        json.loads(subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, check=True).stdout)
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1] and len(runs[0]) == 40
