@@ -79,12 +79,17 @@ class RuleSpace:
     # -- the DesignSpace contract ----------------------------------------------------
 
     def sample(self, rng: random.Random) -> Trace:
+        return self.sample_schedule(rng).trace
+
+    def sample_schedule(self, rng: random.Random) -> TracedSchedule:
+        """`sample`, keeping the schedule (its program is what the trace replays to)."""
         sch = TracedSchedule(self.program, rng=rng)
         try:
             self.apply_rules(sch)
         except (ScheduleError, TraceError) as e:
             raise SpaceRejected(f"a rule was refused: {e}") from None
-        return self.finish(sch)
+        self.finish(sch)
+        return sch
 
     def mutate(self, trace: Trace, rng: random.Random) -> Trace | None:
         """A complete neighbour of `trace`; None when no mutator can change it, or when
