@@ -24,4 +24,15 @@ def test_matmul_sketch(golden) -> None:  # type: ignore[no-untyped-def]
     assert rules is not None
     tiled = rules.apply(task.program).program
     levels = [name.rsplit("_", 1)[1] for name in (lp.var.name for lp in loops_above(tiled, "C"))]
-    assert levels == ["0", "0", "1", "1", "0", "2", "2", "1", "3", "3"]  # S0 S1 R0 S2 R1 S3 for (i, j; r)
+    assert levels == [
+        "0",
+        "0",
+        "1",
+        "1",
+        "0",
+        "2",
+        "2",
+        "1",
+        "3",
+        "3",
+    ]  # S0 S1 R0 S2 R1 S3 for (i, j; r)
