@@ -10,6 +10,9 @@ so S3 is a register tile (its last loop is vectorized, the others unrolled by
 the postprocessors), S2 x R1 a cache tile, and S0 x S1 the outer, parallel
 work. The innermost factor of the last spatial loop (the vector axis) is at
 most 4 vector registers' worth; the others at most `max_innermost_factor`.
+Tiles are drawn so the register tile is at least one vector wide (where the
+extent allows) and its accumulators fit the registers: a uniform draw over
+divisors mostly gives tiles that spill or do not vectorize.
 
 Then (each step as in docs/gemm.md):
 - packing: a sampled choice rewrites the weight operand (the input read along
@@ -28,6 +31,7 @@ Then (each step as in docs/gemm.md):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ir.expr import Var
@@ -40,7 +44,10 @@ from ir.schedule.state import find_block, loops_above
 from tuner.space.analysis import has_reuse, is_elementwise, is_simple, loop_role, written_buffer
 from tuner.space.context import SpaceContext
 from tuner.space.rules.base import RULES, ScheduleRule
+from tuner.trace.sampling import divisors, sample_perfect_tile
 from tuner.trace.traced_schedule import BlockRef, IntRV, LoopRef, TracedSchedule
+
+_DRAWS = 64
 
 
 @RULES.register("multi-level-tiling")
@@ -54,6 +61,7 @@ class MultiLevelTiling(ScheduleRule):
         max_reduce_factor: int = 64,
         write_levels: Sequence[int] = (1, 2),
         pack_probability: float = 0.5,
+        max_accumulators: int | None = None,
     ) -> None:
         if set(structure) != {"S", "R"}:
             raise ValueError(f"tiling structure {structure!r} must use both S and R levels")
@@ -63,6 +71,7 @@ class MultiLevelTiling(ScheduleRule):
         self.max_reduce_factor = max_reduce_factor
         self.write_levels = tuple(write_levels)
         self.pack_probability = pack_probability
+        self.max_accumulators = max_accumulators
 
     @staticmethod
     def applies(program: Program, block: str) -> bool:
@@ -91,17 +100,20 @@ class MultiLevelTiling(ScheduleRule):
         # 1. sampled tile sizes, one perfect tiling per loop
         b = sch.get_block(block)
         loops = sch.get_loops(b)
-        tiles: list[list[IntRV]] = []
-        for k, (lp, role) in enumerate(zip(loops, roles)):
-            if role == "spatial":
-                bound = self._vector_bound(ctx) if k == vector_axis else self.max_innermost_factor
-                tiles.append(sch.sample_perfect_tile(lp, n=s_levels, max_innermost_factor=bound))
-            else:
-                tiles.append(
-                    sch.sample_perfect_tile(
-                        lp, n=r_levels, max_innermost_factor=self.max_reduce_factor
-                    )
-                )
+        fors = loops_above(sch.program, block)
+        shapes = [
+            (
+                int(lp.extent.value),
+                s_levels if role == "spatial" else r_levels,
+                self._bound(k, role, vector_axis, ctx),
+            )  # type: ignore[attr-defined]
+            for k, (lp, role) in enumerate(zip(fors, roles))
+        ]
+        drawn = self._draw(sch, shapes, roles, vector_axis, ctx)
+        tiles: list[list[IntRV]] = [
+            sch.sample_perfect_tile(lp, n=n, max_innermost_factor=bound, decision=decision)
+            for lp, (_, n, bound), decision in zip(loops, shapes, drawn)
+        ]
 
         # 2. a sampled choice: pack the weight into panels as wide as the vector tile
         self._maybe_pack(sch, b, r, vector_axis, int(tiles[vector_axis][-1]))
@@ -150,8 +162,48 @@ class MultiLevelTiling(ScheduleRule):
         )
         sch.reverse_compute_at(writeback, outer[int(level) - 1][-1])
 
-    def _vector_bound(self, ctx: SpaceContext) -> int:
-        return self.max_vector_factor or ctx.max_vector_extent
+    def _bound(self, k: int, role: str, vector_axis: int, ctx: SpaceContext) -> int:
+        if role != "spatial":
+            return self.max_reduce_factor
+        if k == vector_axis:
+            return self.max_vector_factor or ctx.max_vector_extent
+        return self.max_innermost_factor
+
+    def _draw(
+        self,
+        sch: TracedSchedule,
+        shapes: list[tuple[int, int, int]],
+        roles: list[str],
+        vector_axis: int,
+        ctx: SpaceContext,
+    ) -> list[list[int] | None]:
+        """Perfect tiles whose innermost (register) tile is worth vectorizing and fits the registers.
+
+        Drawn like `sample_perfect_tile` and redrawn (up to `_DRAWS` times) while the
+        vector tile is narrower than a register (when the extent allows one) or the
+        accumulators need more than `max_accumulators` registers (default: 12 of the
+        16 AVX2 registers, 24 of AVX-512's 32). What is drawn is recorded as the
+        decisions of ordinary `sample_perfect_tile` instructions, so mutation and
+        replay see no difference; mutation may still leave these bounds.
+        """
+        if sch.rng is None:
+            return [None] * len(shapes)
+        lanes = ctx.lanes
+        budget = self.max_accumulators or (24 if lanes >= 16 else 12)
+        extent, _, bound = shapes[vector_axis]
+        wide = [d for d in divisors(extent) if lanes <= d <= bound]
+        drawn: list[list[int]] = []
+        for _ in range(_DRAWS):
+            drawn = [sample_perfect_tile(sch.rng, ext, n, bnd) for ext, n, bnd in shapes]
+            vector = drawn[vector_axis][-1]
+            registers = (
+                -(-vector // lanes)
+                * math.prod(t[-1] for t, role in zip(drawn, roles) if role == "spatial")
+                // vector
+            )
+            if (not wide or vector >= lanes) and registers <= budget:
+                break
+        return list(drawn)
 
     def _maybe_pack(
         self, sch: TracedSchedule, block: BlockRef, r: BlockRealize, axis: int, width: int
