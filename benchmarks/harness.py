@@ -568,6 +568,11 @@ def run_suite(
     if suite.kind == "db":
         rows, extra = run_db(quick, settings)
         measure = {"warmup": 1, "repeat": extra["db"]["repeat"]}
+    elif suite.kind == "cost_model":  # no kernels of its own: benchmarks/cost_model.py
+        from benchmarks import cost_model
+
+        rows, extra = cost_model.run(quick, seed, log=log)
+        measure = extra["cost_model"]["measure"] or {}
     else:
         first_compile_ms = warm_up_llvm()
         cases = suite.build(quick)

@@ -125,8 +125,9 @@ class Suite:
     """A list of cases (full or `quick` sizes) and how to measure them.
 
     `kind` is ``timed`` (verify, then time against numpy), ``compile``
-    (verify, then repeat the cold compile) or ``db`` (no cases: the tuning
-    database's queries, benchmarks/db_queries.py).
+    (verify, then repeat the cold compile), ``db`` (no cases: the tuning
+    database's queries, benchmarks/db_queries.py) or ``cost_model`` (no
+    cases: the cost model's ranking quality, benchmarks/cost_model.py).
     """
 
     name: str
@@ -303,6 +304,14 @@ SUITES: dict[str, Suite] = {
             "SQLDatabase",
             "db",
             lambda quick: [],  # no kernels: benchmarks/db_queries.py fills and asks the databases
+        ),
+        Suite(
+            "cost_model",
+            "ranking quality of the cost model (XGBoost regression and rank objectives, a "
+            "scikit-learn random forest, random) on real measurements of replay-sampled "
+            "candidates, held-out workloads",
+            "cost_model",
+            lambda quick: [],  # no kernels: benchmarks/cost_model.py measures and evaluates
         ),
         Suite(
             "compile",

@@ -16,7 +16,7 @@ BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
 HEADING = "## Results"
 README = Path(__file__).resolve().parent.parent / "README.md"
-SUITE_ORDER = ("default", "loopkinds", "compile", "gemm", "db")
+SUITE_ORDER = ("default", "loopkinds", "compile", "gemm", "db", "cost_model")
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -205,6 +205,10 @@ def tables(result: dict[str, Any]) -> list[tuple[str | None, Table, str | None]]
         return [(None, compile_table(result), note)]
     if result["kind"] == "db":
         return [(None, db_table(result), "\n\n".join(n for n in (db_note(result), note) if n))]
+    if result["kind"] == "cost_model":
+        from benchmarks.cost_model import report_tables
+
+        return report_tables(result, note)
     out: list[tuple[str | None, Table, str | None]] = [(None, timed_table(result), note)]
     if result.get("scaling"):
         caption = "Threads, timed interleaved with each other in the same run:"
