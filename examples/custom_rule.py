@@ -46,8 +46,12 @@ class TileTranspose(ScheduleRule):
             return  # no transposing read: the loops already stream
         b = sch.get_block(block)
         *_, outer, inner = sch.get_loops(b)
-        o0, o1 = sch.split(outer, sch.sample_perfect_tile(outer, n=2, max_innermost_factor=self.max_tile))
-        i0, i1 = sch.split(inner, sch.sample_perfect_tile(inner, n=2, max_innermost_factor=self.max_tile))
+        o0, o1 = sch.split(
+            outer, sch.sample_perfect_tile(outer, n=2, max_innermost_factor=self.max_tile)
+        )
+        i0, i1 = sch.split(
+            inner, sch.sample_perfect_tile(inner, n=2, max_innermost_factor=self.max_tile)
+        )
         sch.reorder(o0, i0, o1, i1)
 
 
@@ -60,7 +64,10 @@ def main() -> None:
 
     task = library_task("transpose", {"m": 1024, "n": 1024})
     target = Target.host(1)
-    for label, rules in (("default rules", DEFAULT_RULES), ("+ tile-transpose", (*DEFAULT_RULES, "tile-transpose"))):
+    for label, rules in (
+        ("default rules", DEFAULT_RULES),
+        ("+ tile-transpose", (*DEFAULT_RULES, "tile-transpose")),
+    ):
         space = default_space(task.program, target, rules=rules)
         rng = random.Random(0)
         times = []
@@ -69,7 +76,9 @@ def main() -> None:
                 trace = space.sample(rng)
             except SpaceRejected:
                 continue
-            result = compare_with_numpy(compile_program(trace.apply(task.program).program, target), task)
+            result = compare_with_numpy(
+                compile_program(trace.apply(task.program).program, target), task
+            )
             assert result.correct, result.message
             times.append((result.latency_ms, result.numpy_ms))
         best = min(times)

@@ -18,7 +18,12 @@ from ir.schedule.layout import IndexMap
 from tuner.trace.instruction import encode_arg
 from tuner.trace.trace import Trace
 
-_KINDS = {"serial": "range", "parallel": "parallel", "vectorized": "vectorized", "unrolled": "unrolled"}
+_KINDS = {
+    "serial": "range",
+    "parallel": "parallel",
+    "vectorized": "vectorized",
+    "unrolled": "unrolled",
+}
 
 
 def loop_outline(program: Program) -> str:
