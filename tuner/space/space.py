@@ -21,9 +21,10 @@ compute location); the space replays that rule part strictly on the naive
 program and reruns the postprocessors, which are deterministic functions of
 the program. A tile size that changes which loops exist therefore changes the
 fused parallel loop, the vectorized loop and the decomposed init consistently,
-and a mutated trace is as complete as a fresh sample. A trace without the
-marker (hand-written, or from another space) cannot be mutated: `mutate`
-returns None.
+and a mutated trace is as complete as a fresh sample. The postprocessors rerun
+are this space's own (the marker's value names those that made the trace, for
+the reader). A trace without the marker (hand-written, or from a space without
+it) cannot be mutated: `mutate` returns None.
 
 Choices that change the trace's structure (pack a weight or not, where a
 write-back goes, rfactor or not) are sampled categoricals too, recorded for
