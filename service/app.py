@@ -67,12 +67,18 @@ def open_engine(settings: Settings) -> Engine:
 
 
 def create_app(
-    database_url: str | None = None, *, settings: Settings | None = None, engine: Engine | None = None
+    database_url: str | None = None,
+    *,
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+    run_jobs: bool = False,
 ) -> FastAPI:
     """A coordinator on `database_url` (else `settings.database_url`, else LOOMTUNE_DATABASE_URL).
 
     `settings` default to the environment's (`Settings.from_env`). A given
-    `engine` is used as is (its schema still checked) and not disposed.
+    `engine` is used as is (its schema still checked) and not disposed. With
+    `run_jobs` (what `loomtune serve` does) a job runner thread drives queued
+    jobs while the app runs (`service/job_runner.py`).
     """
     settings = settings if settings is not None else Settings.from_env(database_url=database_url)
     if database_url is not None and settings.database_url != database_url:
@@ -91,9 +97,19 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
-        if owned:
-            engine.dispose()
+        runner = None
+        if run_jobs:
+            from service.job_runner import JobRunnerService
+
+            runner = JobRunnerService(engine, lease_seconds=settings.lease_seconds)
+            runner.start()
+        try:
+            yield
+        finally:
+            if runner is not None:
+                runner.stop()
+            if owned:
+                engine.dispose()
 
     app = FastAPI(
         title="loomtune coordinator",

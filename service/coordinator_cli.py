@@ -71,7 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from service.settings import Settings
 
     settings = Settings.from_env()
-    app = create_app(settings=settings)  # refuses a stale schema before the port opens
+    app = create_app(settings=settings, run_jobs=True)  # refuses a stale schema before the port opens
     scheme = "https" if args.ssl_certfile else "http"
     _log(f"loomtune coordinator on {scheme}://{args.host}:{args.port} (OpenAPI at /docs)")
     uvicorn.run(

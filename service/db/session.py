@@ -12,11 +12,23 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
+
+_SQLITE_LOCKS: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def _sqlite_lock(engine: Engine) -> threading.RLock:
+    """One lock per engine, shared by every `Sessions` on it (the API's and the job runner's)."""
+    with _LOCKS_GUARD:
+        if engine not in _SQLITE_LOCKS:
+            _SQLITE_LOCKS[engine] = threading.RLock()
+        return _SQLITE_LOCKS[engine]
 
 
 class Sessions:
@@ -25,7 +37,7 @@ class Sessions:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.factory = sessionmaker(engine, expire_on_commit=False)
-        self._lock = threading.RLock() if engine.dialect.name == "sqlite" else None
+        self._lock = _sqlite_lock(engine) if engine.dialect.name == "sqlite" else None
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Session]:

@@ -1,0 +1,203 @@
+"""The coordinator's job runner: jobs driven by the tuner's loop, measured by a worker over the API.
+
+The worker here is played in-process over HTTP (register, lease, measure with
+the real `Measurer` — compile, verify, time on this machine — and report);
+the real `loomtune worker` daemon is tested end to end in tests/e2e.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from codegen.target import Target
+from service.job_runner import JobRunnerService
+from tests.service.api.apikit import Api
+from tuner.trace.trace import Trace
+from workers.measure import Measurer
+
+HOST = Target.host(1).canonical()
+
+
+class PlayedWorker:
+    """A worker over the REST API, measuring for real in this process."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.secret = api.token("worker", owner="lab")
+        self.id = api.register(self.secret, target=HOST, name="played")
+        self.measurer = Measurer(worker="played")
+        self.measured: list[str] = []
+
+    def step(self, batch: int = 4) -> int:
+        from ir.task import task_from_spec
+
+        r = self.api.call("POST", f"/v1/workers/{self.id}/lease", self.secret, json={"max_candidates": batch})
+        assert r.status_code == 200, r.text
+        results = []
+        for c in r.json()["candidates"]:
+            task = task_from_spec(c["workload"])
+            res = self.measurer.measure(task, Target.parse(c["target"]), Trace.from_json(c["trace"]))
+            self.measured.append(c["trace_hash"])
+            results.append({
+                "candidate_id": c["candidate_id"], "record_id": str(uuid.uuid4()), "status": res.status,
+                "run_times_ms": list(res.run_times_ms), "message": res.message, "llvm_version": res.llvm_version,
+            })  # fmt: skip
+        if results:
+            p = self.api.call("POST", f"/v1/workers/{self.id}/results", self.secret, json={"results": results})
+            assert p.status_code in (200, 409), p.text
+        return len(results)
+
+
+def job(api: Api, secret: str, job_id: int) -> dict[str, Any]:
+    r = api.call("GET", f"/v1/jobs/{job_id}", secret)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def serve_until(api: Api, worker: PlayedWorker, secret: str, job_id: int, statuses: tuple[str, ...], timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = job(api, secret, job_id)
+        if state["status"] in statuses:
+            return state
+        if worker.step() == 0:
+            time.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not reach {statuses}: {job(api, secret, job_id)}")
+
+
+def runner_thread(runner: JobRunnerService) -> threading.Thread:
+    t = threading.Thread(target=runner.run_one, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("strategy", ["replay", "evolutionary"])
+def test_a_job_runs_to_its_budget_and_its_best_is_queryable(api: Api, strategy: str) -> None:
+    worker = PlayedWorker(api)
+    client = api.token("client", owner="alice")
+    submitted = api.submit(client, target="host", trials=10, op="matmul", params={"m": 40, "n": 24, "k": 16})
+    r = api.call("POST", "/v1/jobs", client, json={
+        "workload": {"op": "matmul", "params": {"m": 40, "n": 24, "k": 16}}, "target": "host", "trials": 10,
+        "strategy": strategy, "seed": 3,
+    })  # fmt: skip
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    runner = JobRunnerService(api.engine, lease_seconds=30)
+    first = runner_thread(runner)  # the first submitted job
+    serve_until(api, worker, client, submitted["id"], ("succeeded",))
+    first.join(30)
+    second = runner_thread(runner)
+    done = serve_until(api, worker, client, job_id, ("succeeded", "failed"))
+    second.join(30)
+    assert done["status"] == "succeeded", done
+    assert done["trials_done"] == 10 and done["best_latency_ms"] > 0
+    assert api.count("SELECT count(*) FROM records WHERE job_id = :j", j=job_id) == 10
+    history = api.call("GET", f"/v1/jobs/{job_id}/history", client).json()
+    assert len(history["points"]) == 10 and history["points"][-1]["best_ms"] == pytest.approx(done["best_latency_ms"])
+    best = api.call("GET", "/v1/schedules/best", client, params={"workload_key": _key(), "target": HOST})
+    assert best.status_code == 200, best.text
+    assert best.json()["trace_file"]["target"] == HOST
+    assert best.json()["latency_ms"] <= done["best_latency_ms"] + 1e-9
+    # a trace is measured once per workload and target, across the two jobs
+    assert len(worker.measured) == len(set(worker.measured)) == 20
+
+
+def _key() -> str:
+    from ir.task import library_task
+
+    return library_task("matmul", {"m": 40, "n": 24, "k": 16}).key
+
+
+def test_a_space_that_runs_out_succeeds_with_fewer_trials_and_says_so(api: Api) -> None:
+    worker = PlayedWorker(api)
+    client = api.token("client", owner="alice")
+    job_id = api.submit(client, target="host", trials=50, op="matmul", params={"m": 2, "n": 2, "k": 2})["id"]
+    runner = JobRunnerService(api.engine, lease_seconds=30)
+    t = runner_thread(runner)
+    done = serve_until(api, worker, client, job_id, ("succeeded", "failed"))
+    t.join(30)
+    assert done["status"] == "succeeded" and done["trials_done"] == 8
+    assert "ran out" in (done["error"] or "")
+
+
+def test_cancel_stops_the_runner_and_keeps_the_records(api: Api) -> None:
+    worker = PlayedWorker(api)
+    client = api.token("client", owner="alice")
+    r = api.call("POST", "/v1/jobs", client, json={
+        "workload": {"op": "matmul", "params": {"m": 48, "n": 32, "k": 16}}, "target": "host", "trials": 200,
+        "strategy": "replay",
+    })  # fmt: skip
+    job_id = r.json()["id"]
+    runner = JobRunnerService(api.engine, lease_seconds=30)
+    t = runner_thread(runner)
+    while job(api, client, job_id)["trials_done"] < 5:
+        worker.step()
+    assert api.call("POST", f"/v1/jobs/{job_id}/cancel", client).status_code == 200
+    t.join(30)
+    assert not t.is_alive()
+    state = job(api, client, job_id)
+    assert state["status"] == "cancelled" and 5 <= state["trials_done"] < 200
+    assert api.count("SELECT count(*) FROM records WHERE job_id = :j", j=job_id) == state["trials_done"]
+
+
+def test_a_restarted_coordinator_resumes_the_job_from_the_database(api: Api) -> None:
+    worker = PlayedWorker(api)
+    client = api.token("client", owner="alice")
+    job_id = api.submit(client, target="host", trials=24, op="matmul", params={"m": 48, "n": 32, "k": 16})["id"]
+    first = JobRunnerService(api.engine, lease_seconds=1.5, name="first")
+    t = runner_thread(first)
+    while job(api, client, job_id)["trials_done"] < 6:
+        worker.step()
+    first.stop(timeout=30)  # the process stops: the job stays running, its lease runs out
+    t.join(30)
+    assert job(api, client, job_id)["status"] == "running"
+    time.sleep(1.6)
+    second = JobRunnerService(api.engine, lease_seconds=30, name="second")
+    t2 = runner_thread(second)
+    done = serve_until(api, worker, client, job_id, ("succeeded", "failed"))
+    t2.join(30)
+    assert done["status"] == "succeeded" and done["trials_done"] == 24
+    hashes = [h for (h,) in _rows(api, "SELECT trace_hash FROM records WHERE job_id = :j", j=job_id)]
+    assert len(hashes) == 24 and len(set(hashes)) == 24
+
+
+def _rows(api: Api, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+    from sqlalchemy import text
+
+    with api.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(sql), params)]
+
+
+def test_two_runners_never_drive_the_same_job(api: Api) -> None:
+    from service import jobs
+
+    client = api.token("client", owner="alice")
+    api.token("worker", owner="lab")
+    PlayedWorker(api)
+    ids = [api.submit(client, target="host", trials=5, op="matmul", params={"m": 8 + i, "n": 8, "k": 8})["id"] for i in range(3)]
+    claimed: list[int] = []
+    lock = threading.Lock()
+
+    def claim(name: str) -> None:
+        from service.db.session import Sessions
+
+        sessions = Sessions(api.engine)
+        while True:
+            with sessions.write() as s:
+                j = jobs.claim_job(s, name, 600)
+                if j is None:
+                    return
+                with lock:
+                    claimed.append(j.id)
+
+    threads = [threading.Thread(target=claim, args=(f"r{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(claimed) == sorted(ids)
