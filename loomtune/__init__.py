@@ -20,10 +20,11 @@ from typing import Any
 
 from codegen.kernel import Kernel
 from ir.task import Task
+from service.client import Client, CoordinatorError
 from tuner.database import DatabaseError, TuningRecord
 from tuner.trace.trace import Trace
 
-__all__ = ["Kernel", "Task", "TuneResult", "load_best", "task", "tune"]
+__all__ = ["Client", "CoordinatorError", "Kernel", "Task", "TuneResult", "load_best", "task", "tune"]
 
 
 def task(workload: str | Mapping[str, Any] | Path | Task, params: Mapping[str, int | str] | None = None) -> Task:

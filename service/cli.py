@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     from service.coordinator_cli import add_coordinator_parsers
 
     add_coordinator_parsers(sub, _Parser)
+    from service.jobs_cli import add_jobs_parsers
+    from service.worker_cli import add_worker_parser
+
+    add_jobs_parsers(sub, _Parser, _positive_int)
+    add_worker_parser(sub, _positive_int)
     return p
 
 
@@ -84,6 +89,8 @@ def _add_database_parsers(sub: Any) -> None:
     best.add_argument("--target", metavar="T", default="host", help="'host' (default) or 'llvm -mcpu=... -mattr=...'")
     best.add_argument("-o", dest="output", metavar="TRACE.json", help="write the best trace as an apply-able trace file")
     best.add_argument("--json", action="store_true", help="print one JSON object")
+    best.add_argument("--coordinator", metavar="URL", help="ask this coordinator instead of the local database")
+    best.add_argument("--token", metavar="T", help="with --coordinator: API token (default: LOOMTUNE_TOKEN)")
 
     db = sub.add_parser("db", help="the tuning database: upgrade, export, import")
     db_sub = db.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
@@ -342,6 +349,10 @@ def cmd_best(args: argparse.Namespace) -> int:
     from tuner.trace.file import TraceFile
     from tuner.trace.trace import Trace
 
+    if args.coordinator is not None:
+        from service.jobs_cli import cmd_best_remote
+
+        return cmd_best_remote(args)
     task = resolve_task(args.workload, None)
     target = _export_target(args.target, args.threads).canonical()
     record = open_database().best(task.key, target)
@@ -473,9 +484,21 @@ def cmd_token(args: argparse.Namespace) -> int:
     return token(args)
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from service.jobs_cli import cmd_jobs as jobs
+
+    return jobs(args)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from service.worker_cli import cmd_worker as worker
+
+    return worker(args)
+
+
 COMMANDS = {
     "ops": cmd_ops, "run": cmd_run, "apply": cmd_apply, "export": cmd_export, "best": cmd_best, "db": cmd_db,
-    "tune": cmd_tune, "serve": cmd_serve, "token": cmd_token,
+    "tune": cmd_tune, "serve": cmd_serve, "token": cmd_token, "jobs": cmd_jobs, "worker": cmd_worker,
 }  # fmt: skip
 
 

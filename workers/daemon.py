@@ -1,0 +1,592 @@
+"""The measurement worker: `loomtune worker --coordinator URL --token T [--threads N] [--cores LIST]`.
+
+A worker runs on the machine kernels are tuned for. It
+
+1. pins itself to `--cores` and cuts them into slots of `--threads` cores,
+   each slot one persistent measurement process (`workers/process.py`: replay,
+   compile, verify, time; crash and timeout isolation) pinned to its cores;
+2. registers its target (this CPU's LLVM name and features, `-num-threads=N`)
+   with the coordinator, its name saying host, pid, cores and LLVM version;
+3. leases batches of candidates of that target (two per slot, so a slot has
+   its next candidate at hand), measures each in a slot, and reports every
+   result with a record id (a UUID made at measurement time, resent unchanged
+   when a post may not have arrived: the coordinator stores it once);
+4. heartbeats every `heartbeat_seconds` (the coordinator's
+   LOOMTUNE_HEARTBEAT_SECONDS, or this process's when set), which extends its
+   leases while a long candidate runs;
+5. while the coordinator is unreachable (connection refused, timeouts, 5xx),
+   retries with exponential backoff, logging one line when the link goes
+   down and one when it is back — never a line per try;
+6. on SIGTERM or SIGINT stops its measurements, posts the results it has,
+   hands every lease back (`release`), and exits 0.
+
+A token the coordinator refuses (401, 403) is fatal: one line, exit 2
+(`WorkerError`, a `LoomtuneError`). A result for a lease the worker no longer
+holds (409: it expired and went to another worker) is dropped with a line.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from ir.errors import LoomtuneError
+from tuner.runner import MeasureResult
+from workers import protocol as P
+from workers.pool import core_slots
+from workers.process import DEFAULT_TIMEOUT_S, MeasureProcess
+
+COORDINATOR_ENV = "LOOMTUNE_COORDINATOR"
+TOKEN_ENV = "LOOMTUNE_TOKEN"
+HEARTBEAT_SECONDS_ENV = "LOOMTUNE_HEARTBEAT_SECONDS"
+
+
+class WorkerError(LoomtuneError):
+    """A worker that cannot run: a refused token, bad cores, a coordinator that refuses it."""
+
+
+class Unreachable(Exception):
+    """The coordinator did not answer (or answered 5xx) and the caller did not want to wait."""
+
+
+class Rejected(Exception):
+    """The coordinator answered 4xx: `status` and its message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerConfig:
+    """How a worker runs.
+
+    Attributes:
+        coordinator: the coordinator's base URL (`http://host:8000`, `https://...`).
+        token: a worker token (`loomtune token create --role worker`).
+        threads: threads per candidate, the `-num-threads` of the worker's target.
+        cores: the cores this worker may use (None: all this process may run on).
+        batch: candidates per lease call (None: two per slot).
+        heartbeat_seconds: heartbeat interval, s (None: LOOMTUNE_HEARTBEAT_SECONDS
+            of this process if set, else the coordinator's); never more than a
+            third of the lease time.
+        idle_seconds: longest wait, s, between lease calls when there is no work.
+        backoff_seconds: first wait, s, after the coordinator did not answer;
+            doubled after each failure up to `max_backoff_seconds` (with jitter).
+        request_timeout_seconds: one HTTP request's timeout, s.
+        measure_timeout_seconds: one candidate's time limit (replay, compile, verify, time), s.
+        name: the worker's name (None: `host:pid cores=... llvm=...`).
+        verify: TLS verification (True, False, or a CA bundle path).
+    """
+
+    coordinator: str
+    token: str
+    threads: int = 1
+    cores: tuple[int, ...] | None = None
+    batch: int | None = None
+    heartbeat_seconds: float | None = None
+    idle_seconds: float = 1.0
+    backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 30.0
+    request_timeout_seconds: float = 10.0
+    measure_timeout_seconds: float = DEFAULT_TIMEOUT_S
+    name: str | None = None
+    verify: bool | str = True
+
+    def __post_init__(self) -> None:
+        if not self.coordinator.startswith(("http://", "https://")):
+            raise WorkerError(f"--coordinator must be an http:// or https:// URL, got {self.coordinator!r}")
+        if not self.token:
+            raise WorkerError(f"no token: pass --token or set {TOKEN_ENV}")
+        if self.threads < 1:
+            raise WorkerError(f"--threads must be >= 1, got {self.threads}")
+        if self.cores is not None and len(self.cores) < self.threads:
+            raise WorkerError(f"--threads {self.threads} needs at least {self.threads} cores; --cores gives {len(self.cores)}")
+
+
+def parse_cores(text: str) -> tuple[int, ...]:
+    """`0,2,4-7` -> (0, 2, 4, 5, 6, 7); each core must be one this process may run on."""
+    cores: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        lo, dash, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise WorkerError(f"--cores: expected a list like 0,2,4-7, got {text!r}") from None
+        if first < 0 or last < first:
+            raise WorkerError(f"--cores: bad range {part!r}")
+        cores.update(range(first, last + 1))
+    usable = os.sched_getaffinity(0)
+    missing = sorted(cores - usable)
+    if missing:
+        raise WorkerError(f"--cores: core {missing[0]} is not available to this process (usable: {_core_text(usable)})")
+    return tuple(sorted(cores))
+
+
+def _core_text(cores: Sequence[int] | set[int]) -> str:
+    """(0, 1, 2, 5) -> '0-2,5'."""
+    out: list[str] = []
+    for c in sorted(cores):
+        if out and out[-1].split("-")[-1] == str(c - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{c}"
+        else:
+            out.append(str(c))
+    return ",".join(out)
+
+
+def _loomtune_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("loomtune")[: P.MAX_VERSION_CHARS]
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def default_log(message: str) -> None:
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    print(f"{stamp} loomtune worker: {message}", file=sys.stderr, flush=True)
+
+
+# -- the link to the coordinator ----------------------------------------------------------
+
+
+class Link:
+    """HTTP to the coordinator with the worker's token; retries with backoff while it is unreachable.
+
+    Shared by the worker's threads. Its state (up / down) changes are logged
+    once each: "unreachable (why); retrying" and "reachable again".
+    """
+
+    def __init__(self, config: WorkerConfig, stop: threading.Event, log: Callable[[str], None]) -> None:
+        self.config = config
+        self.base = config.coordinator.rstrip("/")
+        self.stop = stop
+        self.log = log
+        self.http = httpx.Client(
+            base_url=self.base,
+            headers={"Authorization": f"Bearer {config.token}"},
+            timeout=httpx.Timeout(config.request_timeout_seconds, connect=min(3.0, config.request_timeout_seconds)),
+            verify=config.verify,
+        )
+        self._lock = threading.Lock()
+        self._down: bool | None = None  # None: not known yet
+        self.failures = 0
+        """Requests that found the coordinator unreachable (for tests and logs)."""
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _went_down(self, why: str) -> None:
+        with self._lock:
+            self.failures += 1
+            if self._down:
+                return
+            self._down = True
+        self.log(f"coordinator {self.base} unreachable ({why}); retrying with backoff (up to {self.config.max_backoff_seconds:g} s)")
+
+    def _went_up(self) -> None:
+        with self._lock:
+            was_down, self._down = self._down, False
+        if was_down:
+            self.log(f"coordinator {self.base} reachable again")
+
+    def call(self, path: str, body: dict[str, Any] | None = None, *, retry: bool = True, timeout: float | None = None) -> Any:
+        """POST (GET when `body` is None and the path is not a worker action) and the JSON answer.
+
+        With `retry`, waits out an unreachable coordinator (backoff, until the
+        worker stops: then `Unreachable`); without, one try. 4xx: `Rejected`.
+        """
+        delay = self.config.backoff_seconds
+        while True:
+            try:
+                r = self.http.post(path, json=body, timeout=timeout) if timeout else self.http.post(path, json=body)
+            except httpx.TransportError as e:
+                why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            else:
+                if r.status_code < 400:
+                    self._went_up()
+                    try:
+                        return r.json()
+                    except ValueError:
+                        raise P.ProtocolError(f"{path}: the coordinator's answer is not JSON") from None
+                if r.status_code < 500 and r.status_code != 429:
+                    self._went_up()
+                    raise Rejected(r.status_code, _detail(r))
+                why = f"HTTP {r.status_code}: {_detail(r)[:200]}"
+            self._went_down(why)
+            if not retry or self.stop.is_set():
+                raise Unreachable(why)
+            if self.stop.wait(delay * random.uniform(0.8, 1.2)):
+                raise Unreachable(why)
+            delay = min(delay * 2, self.config.max_backoff_seconds)
+
+
+def _detail(r: httpx.Response) -> str:
+    """The API's message: `detail` (a string, or FastAPI's list of {loc, msg})."""
+    try:
+        detail = r.json().get("detail")
+    except (ValueError, AttributeError):
+        return r.text.strip()[:500] or r.reason_phrase
+    if isinstance(detail, list):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg', '')}" if isinstance(d, dict) else str(d)
+            for d in detail
+        )
+    return str(detail)
+
+
+# -- the worker ---------------------------------------------------------------------------
+
+
+class _Slot:
+    """One measurement process pinned to its cores, fed from the shared work queue by its thread."""
+
+    def __init__(self, index: int, cores: tuple[int, ...], process: MeasureProcess) -> None:
+        self.index = index
+        self.cores = cores
+        self.process = process
+        self.busy = False
+        self.thread: threading.Thread | None = None
+
+
+class WorkerDaemon:
+    """A coordinator's measurement worker; `run()` until `stop()` (SIGTERM/SIGINT), then hand leases back."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        log: Callable[[str], None] = default_log,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        from codegen.target import Target, llvm_version
+
+        self.config = config
+        self.log = log
+        self.env = dict(os.environ if env is None else env)
+        self.cores = config.cores if config.cores is not None else tuple(sorted(os.sched_getaffinity(0)))
+        self.target = Target.host(config.threads).canonical()
+        self.llvm_version = llvm_version()[: P.MAX_VERSION_CHARS]
+        self.loomtune_version = _loomtune_version()
+        self.name = config.name or (
+            f"{socket.gethostname()}:{os.getpid()} cores={_core_text(self.cores)} llvm={self.llvm_version}"
+        )[:256]
+        slots = core_slots(config.threads, self.cores)
+        self.slots = [
+            _Slot(i, s, MeasureProcess(s, worker=f"{self.name} slot {i}", timeout_s=config.measure_timeout_seconds, env=self.env))
+            for i, s in enumerate(slots)
+        ]
+        self.batch = config.batch or 2 * len(self.slots)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._work: queue.Queue[P.LeasedCandidate] = queue.Queue()
+        self._outstanding = 0  # leased, not yet measured (queued or in a slot)
+        self._unsent: list[P.Result] = []  # measured, not yet accepted by the coordinator
+        self._fatal: WorkerError | None = None
+        self.worker_id: int | None = None
+        self.lease_seconds = 60.0
+        self.heartbeat_seconds = 10.0
+        self.link = Link(config, self._stop, log)
+        self.measured = 0
+        self.reported = 0
+
+    # -- control ----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the worker to stop (what SIGTERM and SIGINT do); `run()` then hands its leases back."""
+        self._stop.set()
+        self._wake.set()
+
+    def _fail(self, error: WorkerError) -> None:
+        with self._lock:
+            if self._fatal is None:
+                self._fatal = error
+        self.stop()
+
+    def _rejected(self, what: str, e: Rejected) -> WorkerError:
+        if e.status == 401:
+            return WorkerError(f"the coordinator refused the token ({what}: 401 {e.message}); check --token / {TOKEN_ENV}")
+        if e.status == 403:
+            return WorkerError(f"the coordinator refused the token ({what}: 403 {e.message}); a worker needs a token of role worker")
+        return WorkerError(f"the coordinator refused {what}: {e.status} {e.message}")
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, frame: Any) -> None:
+            if not self._stop.is_set():
+                self.log(f"{signal.Signals(signum).name}: stopping, handing leases back")
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    # -- the main loop ------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Pin, start the slots, register, then lease and measure until stopped; 0 on a clean stop."""
+        if self.config.cores is not None:
+            os.sched_setaffinity(0, self.cores)  # before any thread starts: they inherit it
+        try:
+            self._start_slots()
+            if not self._stop.is_set():
+                self._register()
+            if not self._stop.is_set():
+                threads = [
+                    threading.Thread(target=self._heartbeats, name="loomtune-heartbeat", daemon=True),
+                    threading.Thread(target=self._reporter, name="loomtune-reporter", daemon=True),
+                ]
+                for slot in self.slots:
+                    slot.thread = threading.Thread(target=self._slot_loop, args=(slot,), name=f"loomtune-slot{slot.index}", daemon=True)
+                    threads.append(slot.thread)
+                for t in threads:
+                    t.start()
+                self._lease_loop()
+        finally:
+            self._shutdown()
+        if self._fatal is not None:
+            raise self._fatal
+        return 0
+
+    def _start_slots(self) -> None:
+        """Start every slot's measurement process at once (numpy and llvmlite take a moment to import)."""
+        errors: list[BaseException] = []
+
+        def start(slot: _Slot) -> None:
+            try:
+                slot.process.start()
+            except Exception as e:  # a broken installation: reported below, fatal
+                errors.append(e)
+
+        starters = [threading.Thread(target=start, args=(s,), daemon=True) for s in self.slots]
+        for t in starters:
+            t.start()
+        for t in starters:
+            t.join()
+        if errors:
+            raise WorkerError(f"a measurement process did not start: {errors[0]}")
+
+    def _register(self) -> None:
+        body = P.Register(name=self.name, target=self.target).to_json()
+        try:
+            reply = P.Registered.from_json(self.link.call(P.API_PREFIX, body))
+        except Unreachable:
+            return  # stopped while waiting for the coordinator
+        except Rejected as e:
+            self._fail(self._rejected("registration", e))
+            return
+        self.worker_id = reply.id
+        self.lease_seconds = reply.lease_seconds
+        self.heartbeat_seconds = self._heartbeat_interval(reply.heartbeat_seconds, reply.lease_seconds)
+        from codegen.target import Target
+
+        slots = ", ".join(_core_text(s.cores) for s in self.slots)
+        t = Target.parse(reply.target)
+        self.log(
+            f"registered as worker {reply.id} ({self.name}) at {self.link.base}: target {t.cpu} "
+            f"({len(t.features)} features), {t.num_threads} thread(s); "
+            f"{len(self.slots)} slot(s) on cores {slots}; heartbeat every {self.heartbeat_seconds:g} s, leases {reply.lease_seconds:g} s"
+        )
+
+    def _heartbeat_interval(self, coordinator_s: float, lease_s: float) -> float:
+        interval = self.config.heartbeat_seconds
+        if interval is None:
+            text = self.env.get(HEARTBEAT_SECONDS_ENV, "").strip()
+            try:
+                interval = float(text) if text else coordinator_s
+            except ValueError:
+                raise WorkerError(f"{HEARTBEAT_SECONDS_ENV} must be a number, got {text!r}") from None
+        if not interval > 0:
+            raise WorkerError(f"the heartbeat interval must be positive, got {interval!r}")
+        return min(interval, lease_s / 3)
+
+    def _path(self, action: str) -> str:
+        return f"{P.API_PREFIX}/{self.worker_id}/{action}"
+
+    def _lease_loop(self) -> None:
+        idle = self.config.idle_seconds / 4
+        while not self._stop.is_set():
+            with self._lock:
+                room = self.batch - self._outstanding
+            if room <= 0:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            try:
+                data = self.link.call(self._path("lease"), P.LeaseRequest(max_candidates=min(room, P.MAX_LEASE_BATCH)).to_json())
+            except Unreachable:
+                continue
+            except Rejected as e:
+                if e.status == 404:  # a coordinator whose database was replaced: start afresh
+                    self.log(f"the coordinator no longer knows worker {self.worker_id} ({e.message}); registering again")
+                    self._register()
+                    continue
+                self._fail(self._rejected("a lease", e))
+                return
+            reply = P.LeaseReply.from_json(data)
+            if not reply.candidates:
+                if self._stop.wait(idle):
+                    return
+                idle = min(idle * 2, self.config.idle_seconds)
+                continue
+            idle = self.config.idle_seconds / 4
+            with self._lock:
+                self._outstanding += len(reply.candidates)
+            for c in reply.candidates:
+                self._work.put(c)
+
+    # -- measuring ----------------------------------------------------------------------
+
+    def _slot_loop(self, slot: _Slot) -> None:
+        while not self._stop.is_set():
+            try:
+                candidate = self._work.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                slot.busy = True
+            try:
+                result = slot.process.measure(candidate.workload, candidate.target, candidate.trace)
+            except Exception as e:  # the process was killed under us by the shutdown
+                if self._stop.is_set():
+                    return
+                result = MeasureResult.failure("crashed", f"the measurement process failed: {type(e).__name__}: {e}")
+            finally:
+                with self._lock:
+                    slot.busy = False
+            if self._stop.is_set():
+                return  # its lease goes back with the others
+            self._finished(candidate, result)
+
+    def _finished(self, candidate: P.LeasedCandidate, result: MeasureResult) -> None:
+        message = result.message.replace("\x00", "")[: P.MAX_MESSAGE_CHARS]
+        if result.status in ("crashed", "timeout"):  # the slot's process was replaced
+            first = message.splitlines()[0] if message else ""
+            self.log(f"candidate {candidate.candidate_id} (job {candidate.job_id}): {result.status}: {first[:200]}")
+        out = P.Result(
+            candidate_id=candidate.candidate_id,
+            record_id=str(uuid.uuid4()),
+            status=result.status,
+            run_times_ms=tuple(result.run_times_ms),
+            message=message,
+            loomtune_version=self.loomtune_version,
+            llvm_version=(result.llvm_version or self.llvm_version)[: P.MAX_VERSION_CHARS],
+        )
+        with self._lock:
+            self._outstanding -= 1
+            self._unsent.append(out)
+            self.measured += 1
+        self._wake.set()
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def _reporter(self) -> None:
+        while not self._stop.is_set():
+            if not self._send_results(retry=True):
+                self._stop.wait(0.05)
+
+    def _send_results(self, *, retry: bool, timeout: float | None = None) -> bool:
+        """Post the unsent results (each keeps its record id across tries); False when there were none."""
+        with self._lock:
+            batch = self._unsent[: P.MAX_RESULTS_PER_POST]
+        if not batch:
+            return False
+        try:
+            self._post(batch, retry=retry, timeout=timeout)
+        except Unreachable:
+            return True  # kept in _unsent, for the next try or the shutdown's flush
+        except Rejected as e:
+            if e.status in (401, 403):
+                self._fail(self._rejected("results", e))
+            else:
+                self.log(f"the coordinator refused {len(batch)} result(s): {e.status} {e.message}; dropped")
+            self._sent(batch)
+        return True
+
+    def _post(self, batch: list[P.Result], *, retry: bool, timeout: float | None) -> None:
+        body = P.ResultsPost(results=tuple(batch)).to_json()
+        try:
+            P.ResultsReply.from_json(self.link.call(self._path("results"), body, retry=retry, timeout=timeout))
+        except Rejected as e:
+            if e.status != 409:
+                raise
+            # Nothing of that post was stored: one lease no longer held spoils it all; post one by one.
+            if len(batch) == 1:
+                self.log(f"result of candidate {batch[0].candidate_id} dropped: {e.message}")
+                self._sent(batch)
+                return
+            for r in batch:
+                self._post([r], retry=retry, timeout=timeout)
+            return
+        self._sent(batch)
+
+    def _sent(self, batch: list[P.Result]) -> None:
+        done = {id(r) for r in batch}
+        with self._lock:
+            self._unsent = [r for r in self._unsent if id(r) not in done]
+            self.reported += len(batch)
+
+    # -- heartbeats ---------------------------------------------------------------------
+
+    def _heartbeats(self) -> None:
+        while not self._stop.wait(self.heartbeat_seconds):
+            try:
+                P.HeartbeatReply.from_json(self.link.call(self._path("heartbeat"), retry=False))
+            except Unreachable:
+                continue  # logged by the link; the next beat tries again
+            except Rejected as e:
+                if e.status in (401, 403):
+                    self._fail(self._rejected("a heartbeat", e))
+                    return
+                self.log(f"heartbeat refused: {e.status} {e.message}")
+
+    # -- stopping -----------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        """Stop measuring, post what was measured, hand every lease back; bounded to about 2 s."""
+        self.stop()
+        with self._lock:
+            busy = [s for s in self.slots if s.busy]
+        for s in busy:  # its thread reads EOF, sees the stop, and drops the result
+            proc = s.process.proc
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        if self.worker_id is not None and self._fatal is None:
+            try:
+                self._send_results(retry=False, timeout=1.0)
+            except Exception as e:  # never let a last post keep the leases from going back
+                self.log(f"could not post the last results: {e}")
+            try:
+                data = self.link.call(self._path("release"), P.ReleaseRequest().to_json(), retry=False, timeout=1.0)
+                released = P.ReleaseReply.from_json(data).released
+                self.log(f"handed {len(released)} lease(s) back; stopped after {self.measured} measurement(s)")
+            except (Unreachable, Rejected) as e:
+                self.log(f"could not hand leases back ({e}); they expire after {self.lease_seconds:g} s")
+        for s in self.slots:
+            if s.thread is not None:
+                s.thread.join(timeout=0.5)
+            s.process.kill()
+        self.link.close()
+
+
+def run_worker(config: WorkerConfig, *, log: Callable[[str], None] = default_log) -> int:
+    """Run a worker in this process until SIGTERM/SIGINT; its exit code."""
+    daemon = WorkerDaemon(config, log=log)
+    daemon.install_signal_handlers()
+    return daemon.run()
