@@ -8,7 +8,7 @@ compiled once more and timed against numpy, interleaved, in this process.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from codegen.kernel import Kernel, compile_program
@@ -24,10 +24,10 @@ from workers.compare import Comparison, compare_with_numpy
 
 
 def make_space(task: Task, target: Target) -> DesignSpace:
-    """The design space tuning samples for `task` on `target`."""
-    from tuner.space.simple import SimpleSpace
+    """The design space tuning samples for `task` on `target`: the rule-based space."""
+    from tuner.space import default_space
 
-    return SimpleSpace(task.program, threads=target.num_threads)
+    return default_space(task.program, target)
 
 
 @dataclass
@@ -44,6 +44,16 @@ class TuneOutcome:
     @property
     def best_trace(self) -> Trace | None:
         return Trace.from_json(self.best.trace) if self.best is not None else None
+
+
+def _finish(task: Task, target: Target, strategy: str, run: TuneRun, database: Database, compare: bool) -> TuneOutcome:
+    outcome = TuneOutcome(task, target, strategy, run, database.best(task.key, target.canonical()))
+    if outcome.best is not None:
+        program = Trace.from_json(outcome.best.trace).apply(task.program).program
+        outcome.kernel = compile_program(program, target)
+        if compare:
+            outcome.comparison = compare_with_numpy(outcome.kernel, task, threads=target.num_threads)
+    return outcome
 
 
 def tune_task(
@@ -86,10 +96,76 @@ def tune_task(
     finally:
         if own_runner:
             runner.close()
-    outcome = TuneOutcome(task, target, name, run, database.best(task.key, canonical))
-    if outcome.best is not None:
-        program = Trace.from_json(outcome.best.trace).apply(task.program).program
-        outcome.kernel = compile_program(program, target)
-        if compare:
-            outcome.comparison = compare_with_numpy(outcome.kernel, task, threads=threads)
-    return outcome
+    return _finish(task, target, name, run, database, compare)
+
+
+@dataclass
+class TasksOutcome:
+    outcomes: list[TuneOutcome]
+    weights: list[float]
+    order: list[int]
+    """Which task each batch of trials went to."""
+
+    @property
+    def weighted_latency_ms(self) -> float | None:
+        """sum of weight * latency of the final (re-timed) best kernels; None if one is missing."""
+        total = 0.0
+        for o, w in zip(self.outcomes, self.weights):
+            if o.comparison is None or o.comparison.latency_ms is None:
+                return None
+            total += w * o.comparison.latency_ms
+        return total
+
+
+def tune_tasks(
+    tasks: Sequence[tuple[Task, float]],
+    *,
+    threads: int = 1,
+    trials: int = 64,
+    strategy: str | None = None,
+    seed: int = 0,
+    database: Database | None = None,
+    runner: Runner | None = None,
+    policy: str = "gradient",
+    on_trial: Callable[[Trial], None] | None = None,
+    compare: bool = True,
+) -> TasksOutcome:
+    """Share `trials` among weighted tasks (`tuner.task_scheduler`), then check each best."""
+    from tuner.task_scheduler import ScheduledTask, SchedulerConfig, TaskScheduler
+
+    if database is None:
+        from service.db.store import open_database
+
+        database = open_database()
+    target = Target.host(threads)
+    canonical = target.canonical()
+    name = strategy or default_strategy()
+    scheduled = []
+    for task, weight in tasks:
+        context = SearchContext(task, canonical, make_space(task, target), database)
+        scheduled.append(ScheduledTask(task, weight, make_strategy(name, context, seed)))
+    own_runner = runner is None
+    if runner is None:
+        from workers.pool import LocalPool
+
+        runner = LocalPool(threads=threads)
+    scheduler = TaskScheduler(
+        scheduled, target=canonical, runner=runner, database=database, config=SchedulerConfig(policy=policy, seed=seed)
+    )
+    done = [0]
+
+    def count(_t: ScheduledTask, trial: Trial) -> None:
+        done[0] += 1
+        if on_trial is not None:
+            on_trial(Trial(done[0], trial.trace, trial.result, trial.record, trial.best_ms))
+
+    try:
+        scheduler.run(trials, on_trial=count)
+    finally:
+        if own_runner:
+            runner.close()
+    outcomes = []
+    for t in scheduled:
+        t.run.interrupted = scheduler.interrupted
+        outcomes.append(_finish(t.task, target, name, t.run, database, compare))
+    return TasksOutcome(outcomes, [w for _, w in tasks], scheduler.order)

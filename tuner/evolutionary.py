@@ -95,7 +95,10 @@ class EvolutionaryStrategy:
         h = trace.hash
         if h not in self._features:
             try:
-                scheduled = trace.apply(program or self.context.task.program).program
+                cached = getattr(self.context.space, "scheduled_program", None)
+                scheduled = cached(trace) if cached is not None else None
+                if scheduled is None:
+                    scheduled = trace.apply(program or self.context.task.program).program
                 self._features[h] = program_features(scheduled)
             except (*_REJECTED, RecursionError):
                 self._features[h] = None

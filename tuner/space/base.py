@@ -31,3 +31,8 @@ class DesignSpace(Protocol):
 
     def mutate(self, trace: Trace, rng: random.Random) -> Trace | None:
         """A neighbour of `trace` with some decisions changed, or None when none can change."""
+
+
+# A space may also offer `scheduled_program(trace) -> Program | None`: the program a
+# trace it just produced replays to (a cache). The search uses it when present to
+# score candidates without replaying them again.

@@ -34,6 +34,7 @@ the reader; they are not mutated (the instructions after them depend on them).
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from codegen.target import Target
@@ -76,6 +77,7 @@ class RuleSpace:
             (MUTATORS.create(m) if isinstance(m, str) else m, float(w)) for m, w in mutators.items()
         ]
         self.mutate_tries = mutate_tries
+        self._programs: OrderedDict[str, Program] = OrderedDict()
 
     # -- the DesignSpace contract ----------------------------------------------------
 
@@ -137,7 +139,19 @@ class RuleSpace:
                 p.apply(sch, self.context)
         except (ScheduleError, TraceError) as e:
             raise SpaceRejected(f"a postprocessor was refused: {e}") from None
-        return sch.trace
+        trace = sch.trace
+        self._programs[trace.hash] = sch.program
+        while len(self._programs) > PROGRAM_CACHE:
+            self._programs.popitem(last=False)
+        return trace
+
+    def scheduled_program(self, trace: Trace) -> Program | None:
+        """The program a recently sampled or mutated trace replays to, without replaying it.
+
+        The search scores every candidate by the features of its program; the
+        space has just built that program, so it keeps the last few.
+        """
+        return self._programs.get(trace.hash)
 
     def complete(self, rules: Trace) -> Trace:
         """Replay a rule part (every decision given) and postprocess it."""
@@ -167,6 +181,10 @@ class RuleSpace:
                     {k: v for k, v in trace.decisions.items() if k < start},
                 )
         return None
+
+
+PROGRAM_CACHE = 1024
+"""Scheduled programs kept by a space (`scheduled_program`), newest last."""
 
 
 def default_space(program: Program, target: Target, **options: object) -> RuleSpace:

@@ -1,0 +1,163 @@
+"""Sharing one trial budget among several weighted workloads (the layers of a model).
+
+What a user wants is the lowest total weighted latency, sum_i w_i * best_i,
+where w_i is how often workload i runs. Two policies hand out the budget one
+batch at a time:
+
+- "round_robin": each task in turn;
+- "gradient" (default; Ansor's task scheduler, simplified): after one
+  warm-up batch each, the next batch goes to the task whose weighted latency
+  is expected to drop most per trial — the recent improvement of its best
+  (over its last `window` trials), or, for a task that has not improved lately,
+  an optimistic guess that more trials still win a share of its latency
+  (`w_i * best_i / trials_i`, shrinking as it gets trials); with probability
+  `epsilon` a random task instead, so no task starves on a bad estimate.
+A task whose space is exhausted gets nothing more.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ir.task import Task
+from tuner.database import Database
+from tuner.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
+from tuner.runner import Runner
+from tuner.strategy import SearchStrategy
+
+POLICIES = ("gradient", "round_robin")
+
+
+@dataclass
+class ScheduledTask:
+    task: Task
+    weight: float
+    strategy: SearchStrategy
+    run: TuneRun = field(default_factory=lambda: TuneRun(trials=0))
+    exhausted: bool = False
+
+    @property
+    def best(self) -> float | None:
+        return self.run.history[-1] if self.run.history else None
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    policy: str = "gradient"
+    batch_size: int = DEFAULT_BATCH
+    window: int = 32
+    """Trials over which a task's recent improvement is measured."""
+    epsilon: float = 0.05
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown task scheduling policy {self.policy!r}; expected one of {POLICIES}")
+
+
+def weighted_latency(tasks: Sequence[ScheduledTask]) -> float | None:
+    """sum of weight * best latency; None while some task has no correct candidate."""
+    if any(t.best is None for t in tasks):
+        return None
+    return float(sum(t.weight * t.best for t in tasks))  # type: ignore[operator]
+
+
+def _gradient(t: ScheduledTask, window: int) -> float:
+    """Expected drop of w * best per trial (larger is more promising)."""
+    h = t.run.history
+    if not h or h[-1] is None:
+        return float("inf")  # nothing correct yet: its latency is unknown, fix that first
+    best = h[-1]
+    past = h[-window - 1] if len(h) > window else h[0]
+    recent = (past - best) / min(window, len(h)) if past is not None else 0.0
+    optimistic = best / len(h)
+    return t.weight * max(recent, 0.0) + t.weight * optimistic * 0.1
+
+
+class TaskScheduler:
+    def __init__(
+        self,
+        tasks: Sequence[ScheduledTask],
+        *,
+        target: str,
+        runner: Runner,
+        database: Database,
+        config: SchedulerConfig | None = None,
+    ) -> None:
+        if not tasks:
+            raise ValueError("the task scheduler needs at least one task")
+        self.tasks = list(tasks)
+        self.target = target
+        self.runner = runner
+        self.database = database
+        self.config = config or SchedulerConfig()
+        self.rng = random.Random(self.config.seed)
+        self.order: list[int] = []
+        """Which task each batch went to, in order."""
+        self.interrupted = False
+        self.seconds = 0.0
+
+    def _next(self, turn: int) -> int | None:
+        live = [i for i, t in enumerate(self.tasks) if not t.exhausted]
+        if not live:
+            return None
+        untried = [i for i in live if not self.tasks[i].run.history]
+        if self.config.policy == "round_robin" or untried:
+            return untried[0] if untried else live[turn % len(live)]
+        if self.rng.random() < self.config.epsilon:
+            return self.rng.choice(live)
+        return max(live, key=lambda i: (_gradient(self.tasks[i], self.config.window), -i))
+
+    def run(self, trials: int, on_trial: Callable[[ScheduledTask, Trial], None] | None = None) -> int:
+        """Spend `trials` over the tasks; how many were done."""
+        start = time.perf_counter()
+        done = 0
+        turn = 0
+        try:
+            while done < trials:
+                index = self._next(turn)
+                turn += 1
+                if index is None:
+                    break
+                t = self.tasks[index]
+                n = min(self.config.batch_size, trials - done)
+                callback = (lambda trial, t=t: on_trial(t, trial)) if on_trial is not None else None
+                part = tune_loop(
+                    t.task, self.target, strategy=t.strategy, runner=self.runner, database=self.database,
+                    trials=n, batch_size=n, on_trial=callback,
+                )  # fmt: skip
+                self.order.append(index)
+                _merge(t.run, part)
+                done += part.trials_done
+                if part.exhausted:
+                    t.exhausted = True
+                if part.interrupted:
+                    self.interrupted = True
+                    break
+        finally:
+            self.seconds = time.perf_counter() - start
+        return done
+
+
+def _merge(total: TuneRun, part: TuneRun) -> None:
+    """Append one batch's run to a task's running record (best so far carried across batches)."""
+    offset_best = total.history[-1] if total.history else None
+    for h in part.history:
+        if h is None:
+            total.history.append(offset_best)
+        else:
+            offset_best = h if offset_best is None else min(offset_best, h)
+            total.history.append(offset_best)
+    total.trials += part.trials
+    total.trials_done += part.trials_done
+    total.failures.update(part.failures)
+    total.seconds += part.seconds
+    total.exhausted = part.exhausted
+    total.interrupted = part.interrupted
+    if part.best_trial is not None and (
+        total.best_trial is None or (part.best_trial.best_ms or float("inf")) < (total.best_trial.best_ms or float("inf"))
+    ):
+        total.best_trial = part.best_trial
