@@ -342,9 +342,11 @@ class WorkerDaemon:
         if self.config.cores is not None:
             os.sched_setaffinity(0, self.cores)  # before any thread starts: they inherit it
         try:
-            self._start_slots()
+            self._register()  # first: a refused token costs no process start
             if not self._stop.is_set():
-                self._register()
+                self._start_slots()
+                slots = ", ".join(_core_text(s.cores) for s in self.slots)
+                self.log(f"ready: {len(self.slots)} measurement process(es) on cores {slots}, leasing {self.batch} at a time")
             if not self._stop.is_set():
                 threads = [
                     threading.Thread(target=self._heartbeats, name="loomtune-heartbeat", daemon=True),
@@ -394,12 +396,11 @@ class WorkerDaemon:
         self.heartbeat_seconds = self._heartbeat_interval(reply.heartbeat_seconds, reply.lease_seconds)
         from codegen.target import Target
 
-        slots = ", ".join(_core_text(s.cores) for s in self.slots)
         t = Target.parse(reply.target)
         self.log(
             f"registered as worker {reply.id} ({self.name}) at {self.link.base}: target {t.cpu} "
             f"({len(t.features)} features), {t.num_threads} thread(s); "
-            f"{len(self.slots)} slot(s) on cores {slots}; heartbeat every {self.heartbeat_seconds:g} s, leases {reply.lease_seconds:g} s"
+            f"heartbeat every {self.heartbeat_seconds:g} s, leases {reply.lease_seconds:g} s"
         )
 
     def _heartbeat_interval(self, coordinator_s: float, lease_s: float) -> float:

@@ -1,0 +1,331 @@
+"""A cluster of real processes on loopback: `loomtune db upgrade`, `loomtune serve`, `loomtune worker`.
+
+The commands are the ones `docker-compose.yml` runs (`test_compose.py` checks
+that), with loopback addresses and this test's ports, tokens and cores. The
+coordinator runs on a PostgreSQL schema of its own. The job runner's part is
+played through its seam in `service.jobs`: a job is created already running,
+held by the runner `e2e-test` (so a coordinator's own job runner leaves it
+alone), and its candidates are real traces of the task, written with
+`add_candidates`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+
+from service import jobs
+from service.db.engine import make_engine
+from service.db.session import Sessions
+from tuner.database import utc_now
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN = "lt_e2e-admin-secret-0123456789"
+RUNNER = "e2e-test"
+
+# The commands, as docker-compose.yml spells them; HOST, PORT, URL and TOKEN stand for values.
+COORDINATOR_COMMANDS = (("loomtune", "db", "upgrade"), ("loomtune", "serve", "--host", "HOST"))
+WORKER_COMMAND = ("loomtune", "worker", "--coordinator", "URL", "--token", "TOKEN", "--cores", "CORES")
+PLACEHOLDER_OPTIONS = {"--host": "HOST", "--coordinator": "URL", "--token": "TOKEN", "--cores": "CORES"}
+LOCAL_OPTIONS = ("--port", "--log-level")
+"""Options only the tests add (a free port on loopback, quieter logs); compose uses the defaults."""
+
+
+def normalise(argv: Sequence[str]) -> tuple[str, ...]:
+    """A command with the values of addresses, tokens and cores replaced by their placeholders
+    and the tests' local options left out."""
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word in LOCAL_OPTIONS:
+            next(words, None)
+            continue
+        out.append(word)
+        if word in PLACEHOLDER_OPTIONS:
+            next(words, None)
+            out.append(PLACEHOLDER_OPTIONS[word])
+    return tuple(out)
+
+
+def loomtune() -> list[str]:
+    """The installed `loomtune` entry point beside this interpreter (else the module)."""
+    script = Path(sys.executable).parent / "loomtune"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "service.cli"]
+
+
+def command(argv: Sequence[str]) -> list[str]:
+    assert argv[0] == "loomtune"
+    return [*loomtune(), *argv[1:]]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(database_url: str | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOMTUNE_TEST_FAULTS")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if database_url is not None:
+        env["LOOMTUNE_DATABASE_URL"] = database_url
+    env.update(extra)
+    return env
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is `pid` (the worker's measurement processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Proc:
+    """A subprocess whose stderr goes to a file the test can search."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115
+        self.argv = list(argv)
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True)
+        self.descendants: set[int] = set()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def text(self) -> str:
+        return Path(self.log.name).read_text()
+
+    def wait_for(self, pattern: str, timeout: float = 30.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            m = re.search(pattern, self.text())
+            if m:
+                return m
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.argv[:3]} exited {self.proc.returncode} before {pattern!r}:\n{self.text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {pattern!r} within {timeout} s:\n{self.text()[-3000:]}")
+            time.sleep(0.05)
+
+    def remember_children(self) -> None:
+        self.descendants.update(children(self.pid))
+
+    def signal(self, sig: int) -> None:
+        self.remember_children()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def stop(self) -> None:
+        """SIGKILL it and whatever it started (an orphaned measurement process would linger)."""
+        self.signal(signal.SIGKILL)
+        self.proc.wait()
+        for pid in self.descendants:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+class Coordinator:
+    """`loomtune db upgrade` then `loomtune serve` on 127.0.0.1, on one database."""
+
+    def __init__(self, database_url: str, port: int | None = None, **settings: str) -> None:
+        self.database_url = database_url
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = base_env(database_url, LOOMTUNE_ADMIN_TOKEN=ADMIN, **settings)
+        self.proc: Proc | None = None
+        self.engine = make_engine(database_url)
+        self.sessions = Sessions(self.engine)
+
+    def argv(self) -> list[list[str]]:
+        """The commands, with this coordinator's host and port."""
+        upgrade, serve = (list(c) for c in COORDINATOR_COMMANDS)
+        serve[serve.index("HOST")] = "127.0.0.1"
+        return [upgrade, [*serve, "--port", str(self.port), "--log-level", "warning"]]
+
+    def start(self) -> Coordinator:
+        """`db upgrade`, then `serve` until /healthz answers."""
+        return self.upgrade().serve()
+
+    def upgrade(self) -> Coordinator:
+        done = subprocess.run(command(self.argv()[0]), cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return self
+
+    def cli_token(self, role: str, owner: str) -> str:
+        """`loomtune token create` (the database directly, no coordinator needed): the secret."""
+        argv = ["loomtune", "token", "create", "--role", role, "--owner", owner]
+        done = subprocess.run(command(argv), cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1]
+
+    def serve(self) -> Coordinator:
+        self.proc = Proc(command(self.argv()[1]), self.env)
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.proc.poll() is not None:
+                raise AssertionError(f"serve exited {self.proc.proc.returncode}: {self.proc.text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "serve did not answer /healthz within 60 s"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+    def close(self) -> None:
+        self.kill()
+        self.engine.dispose()
+
+    def token(self, role: str, owner: str | None = None) -> str:
+        body: dict[str, Any] = {"role": role, **({"owner": owner} if owner else {})}
+        r = httpx.post(f"{self.url}/v1/tokens", json=body, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
+        assert r.status_code == 201, r.text
+        return r.json()["secret"]
+
+    # -- the job runner's part ------------------------------------------------------------
+
+    def start_job(self, task: Any, target: str, traces: Sequence[Any]) -> tuple[int, list[int]]:
+        """A running job held by RUNNER, with one candidate per trace; (job id, candidate ids)."""
+        with self.sessions.write() as s:
+            job = jobs.create_job(s, owner="e2e", task=task, target=target, trials=len(traces), strategy="replay", seed=0)
+            job.status = "running"
+            job.runner = RUNNER
+            job.runner_expires_at = utc_now() + timedelta(hours=1)
+            s.flush()
+            ids = jobs.add_candidates(s, job.id, [(t.to_json(), t.hash) for t in traces])
+            return job.id, ids
+
+    def add(self, job_id: int, traces: Sequence[Any]) -> list[int]:
+        with self.sessions.write() as s:
+            return jobs.add_candidates(s, job_id, [(t.to_json(), t.hash) for t in traces])
+
+    def finish(self, job_id: int) -> None:
+        with self.sessions.write() as s:
+            jobs.finish_job(s, job_id, RUNNER, "succeeded")
+
+    def wait_measured(self, job_id: int, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.sessions.read() as s:
+                progress = jobs.job_progress(s, job_id)
+            if progress.outstanding == 0:
+                return
+            assert time.monotonic() < deadline, f"job {job_id}: {progress.outstanding} candidate(s) still unmeasured after {timeout} s"
+            time.sleep(0.1)
+
+    def wait_leased(self, candidate_ids: Sequence[int], worker_id: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.count(
+            "SELECT count(*) FROM candidates WHERE id = ANY(:ids) AND status = 'leased' AND lease_holder = :w",
+            ids=list(candidate_ids), w=worker_id,
+        ) < len(candidate_ids):  # fmt: skip
+            assert time.monotonic() < deadline, f"worker {worker_id} did not lease {candidate_ids}"
+            time.sleep(0.05)
+
+    def count(self, sql: str, **params: Any) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(text(sql), params).scalar() or 0)
+
+    def rows(self, sql: str, **params: Any) -> list[Any]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(text(sql), params).all())
+
+
+class Worker(Proc):
+    """`loomtune worker --coordinator URL --token T --cores C`; `id` once it registered."""
+
+    def __init__(self, url: str, token: str, cores: str, *, faults: bool = False, **env: str) -> None:
+        argv = list(WORKER_COMMAND)
+        for placeholder, value in (("URL", url), ("TOKEN", token), ("CORES", cores)):
+            argv[argv.index(placeholder)] = value
+        extra = {"LOOMTUNE_TEST_FAULTS": "1"} if faults else {}
+        super().__init__(command(argv), base_env(**extra, **env))
+        self.loomtune_argv = argv
+        """The command as a user types it (`loomtune worker ...`)."""
+        self.id: int | None = None
+
+    def ready(self, timeout: float = 60.0) -> Worker:
+        self.id = int(self.wait_for(r"registered as worker (\d+)", timeout).group(1))
+        self.wait_for(r"ready: ", timeout)
+        self.remember_children()
+        return self
+
+
+def core_list() -> list[str]:
+    """One core per worker, round robin over this process's cores."""
+    return [str(c) for c in sorted(os.sched_getaffinity(0))]
+
+
+def sample_traces(task: Any, n: int, seed: int = 0) -> list[Any]:
+    """`n` distinct traces of the task's simple design space."""
+    from tuner.space.simple import SimpleSpace
+
+    space = SimpleSpace(task.program)
+    rng = random.Random(seed)
+    found: dict[str, Any] = {}
+    for _ in range(50 * n):
+        trace = space.sample(rng)
+        found.setdefault(trace.hash, trace)
+        if len(found) == n:
+            return list(found.values())
+    raise AssertionError(f"the space of {task.op} has fewer than {n} traces")
+
+
+def faulty_trace(task: Any, fault: str) -> Any:
+    """A correct schedule of a matmul annotated with a test fault (`workers/measure.py`)."""
+    from tuner.trace.traced_schedule import TracedSchedule
+    from workers.measure import FAULT_KEY
+
+    sch = TracedSchedule(task.program)
+    c = sch.get_block("C")
+    _, j, _ = sch.get_loops(c)
+    _, ji = sch.split(j, [None, 4])
+    sch.vectorize(ji)
+    sch.annotate(c, FAULT_KEY, fault)
+    return sch.trace
+
+
+def docker_compose() -> str | None:
+    return shutil.which("docker-compose")
