@@ -41,9 +41,15 @@ RUNNER = "e2e-test"
 # The commands, as docker-compose.yml spells them; HOST, PORT, URL and TOKEN stand for values.
 COORDINATOR_COMMANDS = (("loomtune", "db", "upgrade"), ("loomtune", "serve", "--host", "HOST"))
 WORKER_COMMAND = ("loomtune", "worker", "--coordinator", "URL", "--token", "TOKEN", "--cores", "CORES")
-PLACEHOLDER_OPTIONS = {"--host": "HOST", "--coordinator": "URL", "--token": "TOKEN", "--cores": "CORES"}
+WORKER_TOKEN_COMMAND = ("loomtune", "token", "create", "--role", "worker", "--owner", "OWNER")
+PLACEHOLDER_OPTIONS = {"--host": "HOST", "--coordinator": "URL", "--token": "TOKEN", "--cores": "CORES", "--owner": "OWNER"}
 LOCAL_OPTIONS = ("--port", "--log-level")
 """Options only the tests add (a free port on loopback, quieter logs); compose uses the defaults."""
+
+
+def fill(template: Sequence[str], **values: str) -> list[str]:
+    """A command with its placeholders (HOST, URL, TOKEN, CORES, OWNER) replaced by values."""
+    return [values.get(word.lower(), word) if word.isupper() else word for word in template]
 
 
 def normalise(argv: Sequence[str]) -> tuple[str, ...]:
@@ -175,8 +181,7 @@ class Coordinator:
 
     def argv(self) -> list[list[str]]:
         """The commands, with this coordinator's host and port."""
-        upgrade, serve = (list(c) for c in COORDINATOR_COMMANDS)
-        serve[serve.index("HOST")] = "127.0.0.1"
+        upgrade, serve = (fill(c, host="127.0.0.1") for c in COORDINATOR_COMMANDS)
         return [upgrade, [*serve, "--port", str(self.port), "--log-level", "warning"]]
 
     def start(self) -> Coordinator:
@@ -188,9 +193,9 @@ class Coordinator:
         assert done.returncode == 0, done.stderr
         return self
 
-    def cli_token(self, role: str, owner: str) -> str:
-        """`loomtune token create` (the database directly, no coordinator needed): the secret."""
-        argv = ["loomtune", "token", "create", "--role", role, "--owner", owner]
+    def worker_token(self, owner: str) -> str:
+        """`loomtune token create --role worker` (the database directly, no coordinator needed): the secret."""
+        argv = fill(WORKER_TOKEN_COMMAND, owner=owner)
         done = subprocess.run(command(argv), cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         return done.stdout.strip().splitlines()[-1]
@@ -277,9 +282,7 @@ class Worker(Proc):
     """`loomtune worker --coordinator URL --token T --cores C`; `id` once it registered."""
 
     def __init__(self, url: str, token: str, cores: str, *, faults: bool = False, **env: str) -> None:
-        argv = list(WORKER_COMMAND)
-        for placeholder, value in (("URL", url), ("TOKEN", token), ("CORES", cores)):
-            argv[argv.index(placeholder)] = value
+        argv = fill(WORKER_COMMAND, url=url, token=token, cores=cores)
         extra = {"LOOMTUNE_TEST_FAULTS": "1"} if faults else {}
         super().__init__(command(argv), base_env(**extra, **env))
         self.loomtune_argv = argv

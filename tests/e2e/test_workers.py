@@ -203,7 +203,7 @@ def test_workers_wait_out_an_unreachable_coordinator(procs: list[Proc], target: 
         c = Coordinator(pg_url_for(schema), port=free_port(), **SETTINGS)
         try:
             c.upgrade()
-            token = c.cli_token("worker", "farm")  # what compose's worker-token step does
+            token = c.worker_token("farm")  # what compose's worker-token step does
             worker = Worker(c.url, token, core_list()[0])
             procs.append(worker)
             worker.wait_for("unreachable")
