@@ -24,30 +24,49 @@ def add_tune_parser(sub: Any, positive_int: Any) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from ir.task import gflops
     from service.cli import EXIT_INCORRECT, UsageError, _log, _print_json, resolve_task
     from service.tuning import tune_task
-    from tuner.trace.file import TraceFile
 
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        raise UsageError(f"--plot writes a PNG file; got {args.plot!r}")
     if args.tasks is not None:
-        raise UsageError("--tasks (a budget shared by several workloads) is not available yet; tune one workload")
+        if args.workload or args.workload_file:
+            raise UsageError("--tasks names its workloads itself; do not also name one")
+        return _cmd_tune_tasks(args)
     if args.workload_file is None and not args.workload:
         raise UsageError("name an operator (see `loomtune ops`) or pass --workload FILE.json")
     task = resolve_task(args.workload, args.workload_file)
-    if args.plot is not None and not args.plot.lower().endswith(".png"):
-        raise UsageError(f"--plot writes a PNG file; got {args.plot!r}")
-    _log(f"tuning {task.op} {' '.join(f'{k}={v}' for k, v in task.params.items())}: {args.trials} trials, "
-         f"{args.threads} thread(s)")  # fmt: skip
+    _log(f"tuning {task.op} {_params(task.params)}: {args.trials} trials, {args.threads} thread(s)")
     with _progress(args.trials) as on_trial:
         outcome = tune_task(
             task, threads=args.threads, trials=args.trials, strategy=args.strategy, seed=args.seed,
             on_trial=on_trial,
         )  # fmt: skip
-    run = outcome.run
-    if run.interrupted or run.exhausted:
-        _log(f"stopped: {run.stop_reason}")
-    cmp = outcome.comparison
+    if outcome.run.interrupted or outcome.run.exhausted:
+        _log(f"stopped: {outcome.run.stop_reason}")
+    result = tune_result(outcome, args.trials)
+    if args.plot is not None:
+        write_plot(args.plot, outcome.run.history, result["numpy_ms"], f"{task.op} {_params(task.params)}")
+        _log(f"wrote {args.plot}")
+    if args.json:
+        _print_json(result)
+    else:
+        _print_table(result)
+    if not result["correct"]:
+        _log(f"loomtune: {result.get('error', 'no correct kernel')}")
+        return EXIT_INCORRECT
+    return 0
+
+
+def tune_result(outcome: Any, trials: int) -> dict[str, Any]:
+    """One workload's `tune --json` object (DESIGN.md's fields)."""
+    from ir.task import gflops
+    from tuner.trace.file import TraceFile
+
+    task, run, cmp = outcome.task, outcome.run, outcome.comparison
     correct = bool(cmp and cmp.correct)
+    latency = cmp.latency_ms if correct and cmp else None
+    numpy_ms = cmp.numpy_ms if correct and cmp else None
     failures = Counter({s: 0 for s in STATUSES if s != "ok"})
     failures.update(run.failures)
     result: dict[str, Any] = {
@@ -55,14 +74,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "params": task.params,
         "workload_key": task.key,
         "target": outcome.target.canonical(),
-        "threads": args.threads,
+        "threads": outcome.target.num_threads,
         "strategy": outcome.strategy,
         "correct": correct,
-        "latency_ms": cmp.latency_ms if correct and cmp else None,
-        "gflops": gflops(task.flops, cmp.latency_ms) if correct and cmp and cmp.latency_ms else None,
-        "numpy_ms": cmp.numpy_ms if correct and cmp else None,
-        "speedup_vs_numpy": cmp.numpy_ms / cmp.latency_ms if correct and cmp and cmp.latency_ms and cmp.numpy_ms else None,
-        "trials": args.trials,
+        "latency_ms": latency,
+        "gflops": gflops(task.flops, latency) if latency else None,
+        "numpy_ms": numpy_ms,
+        "speedup_vs_numpy": numpy_ms / latency if latency and numpy_ms else None,
+        "trials": trials,
         "trials_done": run.trials_done,
         "tuning_seconds": run.seconds,
         "stop_reason": run.stop_reason,
@@ -79,15 +98,69 @@ def cmd_tune(args: argparse.Namespace) -> int:
         result["error"] = "no candidate measured correct"
     elif cmp is not None and not cmp.correct:
         result["error"] = cmp.message
+    return result
+
+
+def load_tasks_file(path: str) -> list[tuple[Any, float]]:
+    """`{"tasks": [{"op", "params", "weight"} | {"definition", "params", "weight"}, ...]}`."""
+    import json
+    from pathlib import Path
+
+    from ir.errors import LoomtuneError, WorkloadError
+    from ir.task import task_from_spec
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise WorkloadError(f"cannot read {path}: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise WorkloadError(f"{path}: not valid JSON ({e})") from None
+    entries = data.get("tasks") if isinstance(data, dict) else data
+    if not isinstance(entries, list) or not entries:
+        raise WorkloadError(f'{path}: expected {{"tasks": [...]}} with at least one workload')
+    tasks = []
+    for i, entry in enumerate(entries):
+        where = f"{path}: tasks[{i}]"
+        if not isinstance(entry, dict):
+            raise WorkloadError(f"{where}: expected an object")
+        weight = entry.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+            raise WorkloadError(f"{where}.weight: expected a positive number, got {weight!r}")
+        spec = {k: v for k, v in entry.items() if k != "weight"}
+        try:
+            tasks.append((task_from_spec(spec), float(weight)))
+        except LoomtuneError as e:
+            raise WorkloadError(f"{where}: {e}") from None
+    return tasks
+
+
+def _cmd_tune_tasks(args: argparse.Namespace) -> int:
+    from service.cli import EXIT_INCORRECT, _log, _print_json
+    from service.tuning import tune_tasks
+
+    tasks = load_tasks_file(args.tasks)
+    _log(f"tuning {len(tasks)} workloads under one budget of {args.trials} trials, {args.threads} thread(s)")
+    with _progress(args.trials) as on_trial:
+        outcome = tune_tasks(
+            tasks, threads=args.threads, trials=args.trials, strategy=args.strategy, seed=args.seed,
+            on_trial=on_trial,
+        )  # fmt: skip
+    results = [tune_result(o, o.run.trials_done) for o in outcome.outcomes]
+    for r, (_, w) in zip(results, tasks):
+        r["weight"] = w
+    combined = {"tasks": results, "weighted_latency_ms": outcome.weighted_latency_ms}
     if args.plot is not None:
-        write_plot(args.plot, run.history, result["numpy_ms"], f"{task.op} {_params(task.params)}")
+        write_plots(args.plot, results)
         _log(f"wrote {args.plot}")
     if args.json:
-        _print_json(result)
+        _print_json(combined)
     else:
-        _print_table(result)
-    if not correct:
-        _log(f"loomtune: {result.get('error', 'no correct kernel')}")
+        for r in results:
+            _print_table(r)
+        total = outcome.weighted_latency_ms
+        print(f"weighted latency: {total:.4f} ms" if total is not None else "weighted latency: - (a workload has no correct kernel)")
+    if not all(r["correct"] for r in results):
+        _log("loomtune: a workload has no correct kernel")
         return EXIT_INCORRECT
     return 0
 
@@ -152,6 +225,34 @@ def write_plot(path: str, history: list[float | None], numpy_ms: float | None, t
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png")
+    except OSError as e:
+        from service.cli import UsageError
+
+        raise UsageError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+def write_plots(path: str, results: list[dict[str, Any]]) -> None:
+    """One tuning curve per workload, each relative to its numpy time, on one figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    for r in results:
+        pts = [(i + 1, r["numpy_ms"] / v) for i, v in enumerate(r["history"]) if v is not None and r["numpy_ms"]]
+        if pts:
+            ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=f"{r['op']} (w={r['weight']:g})")
+    ax.axhline(1.0, color="tab:red", linestyle="--", label="numpy")
+    ax.set_xlabel("trials of that workload")
+    ax.set_ylabel("speed vs numpy (higher is better)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
     fig.tight_layout()
     try:
         fig.savefig(path, format="png")

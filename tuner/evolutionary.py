@@ -58,6 +58,8 @@ class EvolutionaryConfig:
         objective: the cost model's objective ("regression" or "rank").
         min_samples: results before the model is trusted (random scores before).
         warm_start_records: stored records of the target the model learns from at the start.
+        other_shapes: best traces of the same operator at other parameters
+            (repaired to this shape) that join the first population.
     """
 
     population: int = 48
@@ -67,6 +69,7 @@ class EvolutionaryConfig:
     objective: str = DEFAULT_OBJECTIVE
     min_samples: int = 16
     warm_start_records: int = 256
+    other_shapes: int = 8
 
 
 def _task_of(record: TuningRecord) -> Task:
@@ -88,6 +91,25 @@ class EvolutionaryStrategy:
         self.measured: dict[str, tuple[Trace, float]] = {}  # hash -> (trace, latency) of ok results
         self._features: dict[str, np.ndarray | None] = {}
         self._warm_start()
+
+    def _repaired(self, record: TuningRecord) -> Trace | None:
+        """Another shape's trace made to fit this program: its decisions repaired.
+
+        A rule-based space re-runs its postprocessors on the repaired rule part
+        (they depend on the new loop extents); any other trace is replayed whole.
+        """
+        space = self.context.space
+        try:
+            trace = Trace.from_json(record.trace)
+            rule_part = getattr(space, "rule_part", None)
+            complete = getattr(space, "complete", None)
+            rules = rule_part(trace) if rule_part is not None else None
+            if rules is not None and complete is not None:
+                fitted = rules.apply(self.context.task.program, repair=True, rng=self.rng).trace
+                return complete(fitted)
+            return trace.apply(self.context.task.program, repair=True, rng=self.rng).trace
+        except (*_REJECTED, RecursionError):
+            return None
 
     # -- features --------------------------------------------------------------------
 
@@ -111,6 +133,15 @@ class EvolutionaryStrategy:
                 self.measured[r.trace_hash] = (Trace.from_json(r.trace), float(r.median_ms or 0.0))
             except TraceError:
                 continue
+        # Reuse across shapes: the best traces of the same operator at other
+        # parameters, replayed here with repair (stale tile sizes re-chosen).
+        self.seeds: list[Trace] = []
+        for r in c.database.best_of_op(c.task.op, c.target, exclude_workload_key=c.task.key, limit=self.config.other_shapes):
+            repaired = self._repaired(r)
+            if repaired is None:
+                continue
+            if repaired.hash not in {s.hash for s in self.seeds}:
+                self.seeds.append(repaired)
         records = c.database.training_records(c.target)[-self.config.warm_start_records :]
         feats, lats, groups = [], [], []
         tasks: dict[str, Task | None] = {}
@@ -181,6 +212,8 @@ class EvolutionaryStrategy:
         best = sorted(self.measured.values(), key=lambda tl: tl[1])[: cfg.init_measured]
         for trace, _ in best:
             add(trace)
+        for trace in self.seeds:
+            add(trace)
         for _ in range(cfg.population * 2):
             if len(seen) >= cfg.population:
                 break
@@ -200,6 +233,11 @@ class EvolutionaryStrategy:
         order = sorted(range(len(everyone)), key=lambda i: -scores[i])
         n_random = min(n, max(0, round(cfg.epsilon * n)))
         out: list[Trace] = []
+        # Other shapes' best, repaired, are measured first: a new shape starts from them.
+        for t in self.seeds[: max(1, n // 2)]:
+            if len(out) < n - n_random and self._is_new(t):
+                out.append(t)
+                self.proposed.add(t.hash)
         for i in order:
             if len(out) >= n - n_random:
                 break

@@ -123,7 +123,9 @@ class TaskScheduler:
                 if index is None:
                     break
                 t = self.tasks[index]
-                n = min(self.config.batch_size, trials - done)
+                # Small budgets still reach every task, twice at least.
+                share = max(1, -(-trials // (2 * len(self.tasks))))
+                n = min(self.config.batch_size, trials - done, share)
                 callback = (lambda trial, t=t: on_trial(t, trial)) if on_trial is not None else None
                 part = tune_loop(
                     t.task, self.target, strategy=t.strategy, runner=self.runner, database=self.database,

@@ -110,7 +110,8 @@ def test_a_custom_workload_tunes_through_the_python_api(tmp_path: Path) -> None:
         (["matmul", "--strategy", "annealing"], ["unknown search strategy", "annealing"]),
         (["matmul", "m=-3"], ["m"]),
         (["matmul", "--plot", "curve.jpg"], ["PNG"]),
-        (["--tasks", "tasks.json"], ["--tasks"]),
+        (["--tasks", "no-such-tasks.json"], ["no-such-tasks.json"]),
+        (["matmul", "--tasks", "tasks.json"], ["--tasks"]),
         (["matmul", "--trials", "0"], ["--trials"]),
         ([], ["operator"]),
     ],
@@ -149,3 +150,28 @@ def test_ctrl_c_keeps_what_was_measured_and_prints_the_best_so_far(tmp_path: Pat
     assert out["correct"] is True and out["latency_ms"] > 0
     assert len(record_hashes(db)) == out["trials_done"]
     assert "crashed" not in {s for s, n in out["failures"].items() if n}
+
+
+def test_tasks_share_one_budget_and_report_the_weighted_latency(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps({"tasks": [
+        {"op": "matmul", "params": {"m": 48, "n": 32, "k": 16}, "weight": 1},
+        {"op": "gelu", "params": {"m": 64, "n": 96}, "weight": 3},
+    ]}))  # fmt: skip
+    plot = tmp_path / "tasks.png"
+    proc = loomtune(tmp_path / "db.sqlite", "tune", "--tasks", str(tasks), "--trials", "12", "--json", "--plot", str(plot))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [t["op"] for t in out["tasks"]] == ["matmul", "gelu"] and [t["weight"] for t in out["tasks"]] == [1, 3]
+    assert sum(t["trials_done"] for t in out["tasks"]) == 12 and all(t["trials_done"] > 0 for t in out["tasks"])
+    assert all(t["correct"] for t in out["tasks"])
+    expected = sum(t["weight"] * t["latency_ms"] for t in out["tasks"])
+    assert out["weighted_latency_ms"] == pytest.approx(expected)
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_bad_tasks_file_names_the_entry(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps({"tasks": [{"op": "matmul"}, {"op": "matmul", "weight": -1}]}))
+    proc = loomtune(tmp_path / "db.sqlite", "tune", "--tasks", str(tasks))
+    assert proc.returncode == 2 and "tasks[1].weight" in proc.stderr.strip().splitlines()[-1]

@@ -164,3 +164,24 @@ def test_a_seeded_evolutionary_search_gives_identical_traces_in_a_fresh_process(
         for _ in range(2)
     ]
     assert runs[0] == runs[1] and len(runs[0]) == 40
+
+
+def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
+    from codegen.target import Target
+    from tuner.space import default_space
+
+    db = InMemoryDatabase()
+    seen = library_task("matmul", {"m": 128, "n": 128, "k": 128})
+    ctx = SearchContext(seen, TARGET, default_space(seen.program, Target.host(1)), db)
+    tune_loop(seen, TARGET, strategy=make_strategy("evolutionary", ctx, 0), runner=SimulatedRunner(), database=db, trials=24)
+    new = library_task("matmul", {"m": 120, "n": 128, "k": 136})
+    warm_ctx = SearchContext(new, TARGET, default_space(new.program, Target.host(1)), db)
+    warm = EvolutionaryStrategy(warm_ctx, 0)
+    assert warm.seeds  # the other shape's best, repaired to this one
+    first = warm.propose(8)
+    assert warm.seeds[0].hash in {t.hash for t in first}
+    cold_db = InMemoryDatabase()
+    cold_ctx = SearchContext(new, TARGET, default_space(new.program, Target.host(1)), cold_db)
+    cold = tune_loop(new, TARGET, strategy=make_strategy("evolutionary", cold_ctx, 0), runner=SimulatedRunner(), database=cold_db, trials=16)
+    warm_run = tune_loop(new, TARGET, strategy=make_strategy("evolutionary", warm_ctx, 0), runner=SimulatedRunner(), database=db, trials=4)
+    assert warm_run.history[-1] <= cold.history[-1]
