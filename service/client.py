@@ -221,15 +221,17 @@ class Client:
         """Poll the job until it succeeds, fails or is cancelled; the last state.
 
         `on_progress(job)` is called after every poll. A coordinator that stops
-        answering for a while is waited out (polls keep going, up to `timeout`
-        seconds in all, then `TimeoutError`).
+        answering for a while (or answers 5xx) is waited out: polls keep going,
+        up to `timeout` seconds in all, then `TimeoutError`.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 job = self.job(job_id)
-            except CoordinatorUnreachable:
-                job = None
+            except CoordinatorError as e:
+                if e.status is not None and e.status < 500:
+                    raise
+                job = None  # unreachable, or 503 while its database is away: wait it out
             if job is not None:
                 if on_progress is not None:
                     on_progress(job)
