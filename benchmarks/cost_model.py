@@ -365,9 +365,16 @@ def decide(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         and all(score[("XGBoost rank", s)] >= score[("XGBoost regression", s)] for s in SETTINGS)
     )  # fmt: skip
     better = None if reg is None or rank is None else ("rank" if rank > reg else "regression")
+    per = {(r["model"], r["setting"]): r["per_workload"] for r in rows}
+    rank_wins = {}  # per setting: held-out workloads where rank's NDCG@10 is higher
+    for s in SETTINGS:
+        a, b = per.get(("XGBoost rank", s), {}), per.get(("XGBoost regression", s), {})
+        rank_wins[s] = (
+            f"{sum(a[w]['ndcg_at_10'] > b[w]['ndcg_at_10'] for w in a if w in b)}/{len(a)}"
+        )
     return {
         "metric": "ndcg_at_10 (mean of both settings)", "regression": reg, "rank": rank, "better": better,
-        "clear_margin": CLEAR_MARGIN, "winner": "rank" if clear else "regression",
+        "rank_wins": rank_wins, "clear_margin": CLEAR_MARGIN, "winner": "rank" if clear else "regression",
         "default_objective": DEFAULT_OBJECTIVE,
     }  # fmt: skip
 
@@ -413,7 +420,7 @@ def run(
             database_url = f"sqlite:///{path}"
         log(f"  records in {database_url}")
         database = open_database(database_url)
-        start = time.perf_counter()
+        start, children_before = time.perf_counter(), _children_cpu_s()
         spent = collect(
             workloads,
             trials=trials,
@@ -424,6 +431,7 @@ def run(
             log=log,
         )
         collection_s = time.perf_counter() - start
+        children_cpu_s = _children_cpu_s() - children_before  # the pool is closed: reaped
         records = database.training_records(target)
         data = build_dataset(workloads, records)
     for w in data.workloads:
@@ -440,8 +448,9 @@ def run(
         "measure": _tuning_config() if runner is None else None,
         "target": target,
         "cache": str(cache) if cache is not None else None,
-        "measured_now": sum(1 for s in spent.values() if s > 0),
+        "workloads_measured_now": sum(1 for s in spent.values() if s > 0),
         "collection_s": collection_s,
+        "children_cpu_s": children_cpu_s,
         "collection_span_s": sum(w["collect_span_s"] for w in data.workloads),
         "feature_s": data.feature_s,
         "features": FEATURES,
@@ -452,6 +461,14 @@ def run(
         "decision": decide(rows),
     }
     return rows, {"cost_model": details}
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's ended children (the measurement processes, once closed)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _tuning_config() -> dict[str, Any]:
@@ -521,11 +538,14 @@ def note(result: dict[str, Any]) -> str:
     d = cm["decision"]
     verdict = (
         f"XGBoost's objective: rank {_f(d['rank'])} vs regression {_f(d['regression'])} NDCG@10 "
-        f"(mean of both settings); `DEFAULT_OBJECTIVE` is `{d['winner']}` "
+        f"(mean of both settings; rank is higher on "
+        f"{', '.join(f'{v} ({k})' for k, v in d.get('rank_wins', {}).items())} workloads); "
+        f"`DEFAULT_OBJECTIVE` is `{d['winner']}` "
         f"(rank must win by ≥ {d['clear_margin']:g} and lose in neither setting)."
     )
     return (
-        f"{cm['records']} candidates ({cm['trials_per_workload']} per workload) sampled by the replay "
+        f"{cm['records']} candidates (up to {cm['trials_per_workload']} per workload: fewer where the space "
+        "holds fewer) sampled by the replay "
         f"strategy from `{cm['space']}` and measured by `{cm['runner']}` on {_cpu(cm['target'])}; collecting "
         f"took {cm['collection_span_s']:.0f} s, features {cm['feature_s']:.1f} s. Held-out workload: "
         "trained on the other workloads; within workload: also on the workload's first half in "
