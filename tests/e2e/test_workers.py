@@ -1,6 +1,9 @@
 """Real `loomtune worker` processes against a real coordinator (`loomtune serve` on loopback, PostgreSQL).
 
-Two workers measure a job's candidates, each exactly once; a crashing
+A job submitted with `loomtune jobs submit --wait` is tuned by the
+coordinator's job runner and two workers, and its best schedule verifies with
+`loomtune apply`. With jobs whose candidates the test writes itself (through
+the job runner's seam): two workers measure every candidate exactly once; a crashing
 candidate is recorded as crashed and its worker goes on; a worker killed with
 SIGKILL has its leases expire and re-dispatched; SIGTERM hands leases back
 within 2 s and exits 0; a coordinator that is down (at start, or killed and
@@ -86,7 +89,7 @@ def _records_per_candidate(c: Coordinator, job_id: int) -> dict[int, int]:
     return {cid: n for cid, n in rows}
 
 
-def test_two_workers_measure_every_candidate_exactly_once(coordinator: Coordinator, procs: list[Proc], target: str, tmp_path) -> None:
+def test_two_workers_measure_every_candidate_exactly_once(coordinator: Coordinator, procs: list[Proc], target: str) -> None:
     c = coordinator
     token = c.token("worker", "farm")
     cores = core_list()
@@ -111,22 +114,46 @@ def test_two_workers_measure_every_candidate_exactly_once(coordinator: Coordinat
         assert all(w.proc.poll() is None for w in workers)
         assert {r[0] for r in c.rows("SELECT llvm_version FROM records WHERE job_id = :j", j=job_id)} != {""}
 
-        # The best schedule is queryable, and `loomtune apply` verifies it.
-        client = c.token("client")
-        trace_file = tmp_path / "best.json"
-        best = subprocess.run(
-            command(["loomtune", "best", "matmul", "m=16", "n=16", "k=16", "--coordinator", c.url, "--token", client, "-o", str(trace_file), "--json"]),
-            cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert best.returncode == 0, best.stderr
-        assert json.loads(best.stdout)["target"] == target
-        applied = subprocess.run(
-            command(["loomtune", "apply", str(trace_file), "--json"]), cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=120
-        )
-        assert applied.returncode == 0, applied.stderr
-        assert json.loads(applied.stdout)["correct"] is True
     finally:
         c.finish(job_id)
+
+
+def test_a_job_submitted_over_http_is_tuned_by_two_workers(coordinator: Coordinator, procs: list[Proc], target: str, tmp_path) -> None:
+    """`loomtune jobs submit --wait`: the coordinator's job runner proposes, two workers measure, the job succeeds."""
+    c = coordinator
+    token = c.token("worker", "farm")
+    cores = core_list()
+    workers = [Worker(c.url, token, cores[i % len(cores)]) for i in range(2)]
+    procs.extend(workers)
+    for w in workers:
+        w.ready()
+    client = c.token("client", "alice")
+    trials = 12
+    submit = subprocess.run(
+        command(["loomtune", "jobs", "submit", "matmul", "m=32", "n=32", "k=32", "--trials", str(trials), "--seed", "1", "--wait", "--json"]),
+        cwd=ROOT, env=base_env(LOOMTUNE_COORDINATOR=c.url, LOOMTUNE_TOKEN=client), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert submit.returncode == 0, submit.stderr
+    job = json.loads(submit.stdout)
+    assert job["status"] == "succeeded" and job["trials"] == trials and job["error"] is None
+    assert job["trials_done"] == trials and job["best_latency_ms"] > 0 and job["target"] == target
+    # Exactly its budget of measured candidates, each once, by both workers.
+    counts = _records_per_candidate(c, job["id"])
+    assert len(counts) == trials and set(counts.values()) == {1}
+    assert c.count("SELECT count(*) FROM records WHERE job_id = :j", j=job["id"]) == trials
+    assert len(c.rows("SELECT DISTINCT worker FROM records WHERE job_id = :j", j=job["id"])) == 2
+
+    trace_file = tmp_path / "best.json"
+    best = subprocess.run(
+        command(["loomtune", "best", "matmul", "m=32", "n=32", "k=32", "--coordinator", c.url, "--token", client, "-o", str(trace_file)]),
+        cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert best.returncode == 0, best.stderr
+    applied = subprocess.run(
+        command(["loomtune", "apply", str(trace_file), "--json"]), cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=120
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert json.loads(applied.stdout)["correct"] is True
 
 
 def test_a_worker_killed_with_sigkill_has_its_leases_re_dispatched(coordinator: Coordinator, procs: list[Proc], target: str) -> None:
