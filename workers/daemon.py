@@ -499,8 +499,12 @@ class WorkerDaemon:
 
     def _reporter(self) -> None:
         while not self._stop.is_set():
-            if not self._send_results(retry=True):
-                self._stop.wait(0.05)
+            try:
+                if not self._send_results(retry=True):
+                    self._stop.wait(0.05)
+            except Exception as e:  # e.g. an answer of another shape: keep the results, try again
+                self.log(f"posting results failed: {type(e).__name__}: {e}")
+                self._stop.wait(self.config.max_backoff_seconds)
 
     def _send_results(self, *, retry: bool, timeout: float | None = None) -> bool:
         """Post the unsent results (each keeps its record id across tries); False when there were none."""
@@ -556,6 +560,8 @@ class WorkerDaemon:
                     self._fail(self._rejected("a heartbeat", e))
                     return
                 self.log(f"heartbeat refused: {e.status} {e.message}")
+            except Exception as e:  # an answer of another shape must not end the heartbeats
+                self.log(f"heartbeat failed: {type(e).__name__}: {e}")
 
     # -- stopping -----------------------------------------------------------------------
 
