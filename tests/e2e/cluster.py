@@ -43,8 +43,8 @@ COORDINATOR_COMMANDS = (("loomtune", "db", "upgrade"), ("loomtune", "serve", "--
 WORKER_COMMAND = ("loomtune", "worker", "--coordinator", "URL", "--token", "TOKEN", "--cores", "CORES")
 WORKER_TOKEN_COMMAND = ("loomtune", "token", "create", "--role", "worker", "--owner", "OWNER")
 PLACEHOLDER_OPTIONS = {"--host": "HOST", "--coordinator": "URL", "--token": "TOKEN", "--cores": "CORES", "--owner": "OWNER"}
-LOCAL_OPTIONS = ("--port", "--log-level")
-"""Options only the tests add (a free port on loopback, quieter logs); compose uses the defaults."""
+LOCAL_OPTIONS = ("--port", "--log-level", "--ssl-certfile", "--ssl-keyfile")
+"""Options only the tests add (a free port on loopback, quieter logs, TLS); compose uses the defaults."""
 
 
 def fill(template: Sequence[str], **values: str) -> list[str]:
@@ -170,10 +170,12 @@ class Proc:
 class Coordinator:
     """`loomtune db upgrade` then `loomtune serve` on 127.0.0.1, on one database."""
 
-    def __init__(self, database_url: str, port: int | None = None, **settings: str) -> None:
+    def __init__(self, database_url: str, port: int | None = None, *, tls: tuple[Path, Path] | None = None, **settings: str) -> None:
         self.database_url = database_url
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.tls = tls
+        """(certificate, key): serve HTTPS."""
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.env = base_env(database_url, LOOMTUNE_ADMIN_TOKEN=ADMIN, **settings)
         self.proc: Proc | None = None
         self.engine = make_engine(database_url)
@@ -182,7 +184,8 @@ class Coordinator:
     def argv(self) -> list[list[str]]:
         """The commands, with this coordinator's host and port."""
         upgrade, serve = (fill(c, host="127.0.0.1") for c in COORDINATOR_COMMANDS)
-        return [upgrade, [*serve, "--port", str(self.port), "--log-level", "warning"]]
+        tls = ["--ssl-certfile", str(self.tls[0]), "--ssl-keyfile", str(self.tls[1])] if self.tls else []
+        return [upgrade, [*serve, "--port", str(self.port), "--log-level", "warning", *tls]]
 
     def start(self) -> Coordinator:
         """`db upgrade`, then `serve` until /healthz answers."""
@@ -207,12 +210,17 @@ class Coordinator:
             if self.proc.proc.poll() is not None:
                 raise AssertionError(f"serve exited {self.proc.proc.returncode}: {self.proc.text()[-2000:]}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=2, verify=self._verify()).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
             assert time.monotonic() < deadline, "serve did not answer /healthz within 60 s"
             time.sleep(0.1)
+
+    def _verify(self) -> Any:
+        import ssl
+
+        return ssl.create_default_context(cafile=str(self.tls[0])) if self.tls else True
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -225,7 +233,7 @@ class Coordinator:
 
     def token(self, role: str, owner: str | None = None) -> str:
         body: dict[str, Any] = {"role": role, **({"owner": owner} if owner else {})}
-        r = httpx.post(f"{self.url}/v1/tokens", json=body, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
+        r = httpx.post(f"{self.url}/v1/tokens", json=body, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10, verify=self._verify())
         assert r.status_code == 201, r.text
         return r.json()["secret"]
 

@@ -102,6 +102,7 @@ def _coordinator_stub() -> Coordinator:
     """A Coordinator's commands without starting anything (no database needed)."""
     stub = Coordinator.__new__(Coordinator)
     stub.port = 1
+    stub.tls = None
     return stub
 
 

@@ -13,6 +13,7 @@ restarted) is waited out with backoff, one log line per change of state.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -254,3 +255,39 @@ def test_workers_wait_out_an_unreachable_coordinator(procs: list[Proc], target: 
         finally:
             c.close()
 
+
+def test_workers_and_clients_over_tls(procs: list[Proc], target: str, tmp_path) -> None:
+    """`serve --ssl-certfile/--ssl-keyfile`; workers and `loomtune jobs` trust a private CA through SSL_CERT_FILE."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    c = Coordinator(f"sqlite:///{tmp_path / 'tls.db'}", tls=(cert, key), **SETTINGS)
+    try:
+        c.start()
+        assert c.url.startswith("https://")
+        token = c.token("worker", "farm")
+        untrusting = Worker(c.url, token, core_list()[0])  # the system's CAs: the certificate is refused
+        procs.append(untrusting)
+        untrusting.wait_for(r"unreachable \(.*CERTIFICATE_VERIFY_FAILED")
+        worker = Worker(c.url, token, core_list()[-1], SSL_CERT_FILE=str(cert))
+        procs.append(worker)
+        worker.ready()
+        job_id, ids = c.start_job(TASK, target, sample_traces(TASK, 2, seed=5))
+        deadline = time.monotonic() + 60
+        while c.count("SELECT count(*) FROM candidates WHERE job_id = :j AND status = 'done'", j=job_id) < len(ids):
+            assert time.monotonic() < deadline, "not measured over TLS"
+            time.sleep(0.1)
+        listed = subprocess.run(
+            command(["loomtune", "jobs", "list", "--json", "--coordinator", c.url, "--token", c.token("admin")]),
+            cwd=ROOT, env=base_env(SSL_CERT_FILE=str(cert)), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        assert [j["trials_done"] for j in json.loads(listed.stdout)["jobs"]] == [2]
+        c.finish(job_id)
+    finally:
+        c.close()
