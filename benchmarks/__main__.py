@@ -45,6 +45,30 @@ def _parser() -> argparse.ArgumentParser:
         help="before each timing wait up to S seconds for other processes to leave the CPUs "
         "(default 60, quick 0)",
     )
+    tune = sub.add_parser(
+        "tune", help="tune the suite workloads, time the best kernels against numpy and PyTorch"
+    )
+    tune.add_argument("--trials", type=int, default=256, help="budget per workload (default 256)")
+    tune.add_argument(
+        "--only",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated workloads (matmul, dense, ...)",
+    )
+    tune.add_argument(
+        "--extras",
+        default="",
+        metavar="NAMES",
+        help="comma-separated: evo_replay, reuse, scheduler (default none)",
+    )
+    tune.add_argument("--strategy", default="evolutionary")
+    tune.add_argument("--replay-trials", type=int, default=64, help="evo_replay's budget (64)")
+    tune.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    tune.add_argument("--with-tvm", action="store_true", help="TVM MetaSchedule (not implemented)")
+    tune.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test")
+    tune.add_argument("--out", type=Path, default=None, help="result folder")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--wait-quiet", type=float, default=None, metavar="S")
     report = sub.add_parser("report", help="regenerate README.md's results from the result files")
     report.add_argument(
         "--results", type=Path, default=None, help="result folder (default benchmarks/results)"
@@ -75,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwrote {path}", file=sys.stderr)
         return 0 if all(row["correct"] for row in result["rows"]) else 1
 
+    if args.command == "tune":
+        return _tune(args, command)
+
     from benchmarks import harness, report
 
     readme = args.readme or report.README
@@ -86,6 +113,44 @@ def main(argv: list[str] | None = None) -> int:
         print(f"used {path}", file=sys.stderr)
     print(f"updated {readme}", file=sys.stderr)
     return 0
+
+
+def _tune(args: argparse.Namespace, command: str) -> int:
+    from benchmarks import harness, report, tune
+
+    if args.with_tvm:
+        print("--with-tvm: TVM MetaSchedule is not wired into this benchmark yet", file=sys.stderr)
+        return 2
+    extras = [e for e in args.extras.split(",") if e]
+    unknown = sorted(set(extras) - set(tune.EXTRAS))
+    if unknown:
+        print(f"unknown extras {unknown}; expected some of {list(tune.EXTRAS)}", file=sys.stderr)
+        return 2
+    result, path = tune.run_and_write(
+        out_dir=args.out or harness.RESULTS_DIR,
+        command=command,
+        environment={"unset": UNSET_ENVIRONMENT},
+        log=harness.log,
+        trials=args.trials,
+        quick=args.quick,
+        only=[n.strip() for n in args.only.split(",")] if args.only else None,
+        extras=extras,
+        seed=args.seed,
+        quiet_wait_s=args.wait_quiet
+        if args.wait_quiet is not None
+        else (0.0 if args.quick else 60.0),
+        strategy=args.strategy,
+        replay_trials=args.replay_trials,
+        with_torch=not args.no_torch,
+    )
+    for caption, table, note in tune.report_tables(result):
+        if caption:
+            print(caption)
+        print(report.text_table(table))
+        if note:
+            print(note)
+    print(f"\nwrote {path}", file=sys.stderr)
+    return 0 if all(row["correct"] for row in result["rows"]) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,784 @@
+"""The tuning benchmark: tune each suite workload for a budget of trials, then time
+the best kernel against numpy (and PyTorch where installed) interleaved in one run.
+
+``python -m benchmarks tune [--trials N] [--only NAME,...] [--extras evo_replay,reuse,scheduler]``
+
+Per workload, in a fresh SQLite tuning database of its own (a temporary
+folder), ``service.tuning.tune_task`` runs the real loop: the rule-based
+design space, the strategy (evolutionary by default), the local pool of
+one-thread measurement processes (one per usable core). The curve is the
+best-so-far median per trial as the pool measured it while tuning
+(``workers.measure.TUNING_CONFIG``, short repeats, the other core busy with
+the next candidate). Then, in this process, the best stored kernel is
+compiled, verified, and timed interleaved with numpy (limited to one thread)
+and PyTorch (``torch.set_num_threads(1)``; its answer verified too) in one
+``time_interleaved`` call: the ratios of the table come from that call only.
+
+The extras (each optional, each in the same run):
+
+- ``evo_replay``: the replay strategy on the first matmul workload for
+  ``--replay-trials`` (64) trials, fresh database, against the evolutionary
+  curve of the main run at the same trial;
+- ``reuse``: matmul 1000³ tuned for 32 trials in a copy of matmul 1024³'s
+  database (the evolutionary search seeds its population with the other
+  shape's best, repaired) against a cold start of 128 trials;
+- ``scheduler``: ``service.tuning.tune_tasks`` over the six workloads, weights
+  1,1,4,4,2,2, one budget of 6 × 128 trials (gradient policy) against 128
+  trials each (round-robin policy, the equal shares), fresh databases; total
+  weighted latency of the final kernels, re-timed in this process.
+
+The result goes to ``results/tune-<UTC>.json`` and the curves to a PNG of
+the same stem next to it (matplotlib, when installed).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from codegen.kernel import Kernel
+from codegen.target import Target
+from ir.task import Task, gflops, library_task
+from workers.machine import limit_numpy_threads
+from workers.timing import MeasureConfig, Timing, time_interleaved
+from workers.verify import empty_outputs, verify
+
+CHECKPOINTS = (16, 32, 64, 128, 256)
+EXTRAS = ("evo_replay", "reuse", "scheduler")
+
+
+def checkpoints(trials: int) -> list[int]:
+    """The trial counts the table reports: 16, 32, ... below the budget, and the budget."""
+    return sorted({c for c in CHECKPOINTS if c < trials} | {trials})
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    op: str
+    params: dict[str, int]
+    weight: float = 1.0  # in the scheduler extra
+
+    def task(self) -> Task:
+        return library_task(self.op, self.params)
+
+
+SUITE = (
+    Workload("matmul 512³", "matmul", {"m": 512, "n": 512, "k": 512}, 1),
+    Workload("matmul 1024³", "matmul", {"m": 1024, "n": 1024, "k": 1024}, 1),
+    Workload("dense+bias+relu 128×768→3072", "dense", {"m": 128, "k": 768, "n": 3072, "bias": 1, "relu": 1}, 4),
+    Workload("conv2d_nhwc 1×56×56×64→64 3×3", "conv2d_nhwc", {"n": 1, "h": 56, "w": 56, "ci": 64, "co": 64, "kh": 3, "kw": 3, "stride": 1, "pad": 1, "dilation": 1}, 4),
+    Workload("batch_matmul 12×128×128×64", "batch_matmul", {"b": 12, "m": 128, "n": 128, "k": 64}, 2),
+    Workload("softmax 4096×1024", "softmax", {"m": 4096, "n": 1024}, 2),
+)  # fmt: skip
+
+QUICK_SUITE = (
+    Workload("matmul 32³", "matmul", {"m": 32, "n": 32, "k": 32}, 1),
+    Workload("softmax 16×64", "softmax", {"m": 16, "n": 64}, 2),
+)
+
+REUSE_FROM = {"m": 1024, "n": 1024, "k": 1024}
+REUSE_TO = {"m": 1000, "n": 1000, "k": 1000}
+
+
+def short_name(w: Workload) -> str:
+    return w.name.split()[0]
+
+
+# -- PyTorch -------------------------------------------------------------------------
+
+
+def torch_version() -> str | None:
+    try:
+        import torch
+    except Exception:  # not installed, or a broken install: no torch column
+        return None
+    return str(torch.__version__)
+
+
+def torch_call(
+    task: Task, inputs: Sequence[np.ndarray]
+) -> tuple[Callable[[], object], Callable[[], list[np.ndarray]]] | None:
+    """(a call computing `task` with PyTorch at 1 thread, a getter of its outputs), or None.
+
+    The inputs are converted once, outside the timed call; the call writes into
+    preallocated outputs where PyTorch allows it (``out=``).
+    """
+    try:
+        import torch
+    except Exception:
+        return None
+    torch.set_num_threads(1)
+    p = task.params
+    t = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
+    if task.op in ("matmul", "batch_matmul"):
+        out = torch.empty(tuple(task.output_specs()[0][0]), dtype=torch.float32)
+        fn = torch.matmul if task.op == "matmul" else torch.bmm
+        A, B = t
+
+        def call() -> object:
+            return fn(A, B, out=out)
+
+        return call, lambda: [out.numpy()]
+    if task.op == "dense":
+        X, W = t[0], t[1]
+        bias = t[2] if p["bias"] else torch.zeros(W.shape[1])
+        out = torch.empty((X.shape[0], W.shape[1]), dtype=torch.float32)
+
+        def call() -> object:
+            torch.addmm(bias, X, W, out=out)
+            if p["relu"]:
+                torch.relu_(out)
+            return out
+
+        return call, lambda: [out.numpy()]
+    if task.op == "conv2d_nhwc":
+        # NHWC data is NCHW in channels_last memory format: no copy; the
+        # weight (HWIO -> OIHW) is rearranged once, outside the timed call.
+        X = t[0].permute(0, 3, 1, 2)
+        W = t[1].permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last)
+        result: list[Any] = [None]
+
+        def call() -> object:
+            result[0] = torch.nn.functional.conv2d(
+                X, W, stride=p["stride"], padding=p["pad"], dilation=p["dilation"]
+            )
+            return result[0]
+
+        return call, lambda: [result[0].permute(0, 2, 3, 1).contiguous().numpy()]
+    if task.op == "softmax":
+        X = t[0]
+        out = torch.empty_like(X)
+
+        def call() -> object:
+            return torch.softmax(X, dim=-1, out=out)
+
+        return call, lambda: [out.numpy()]
+    return None
+
+
+# -- the final comparison ----------------------------------------------------------------
+
+
+def compare(
+    kernel: Kernel, task: Task, config: MeasureConfig, seed: int = 0, with_torch: bool = True
+) -> dict[str, Any]:
+    """Verify the kernel (and PyTorch); time kernel, numpy and PyTorch in one interleaved call."""
+    inputs = task.make_inputs(seed)
+    outputs = empty_outputs(task.output_specs())
+    kernel(*inputs, *outputs)
+    with limit_numpy_threads(1):
+        refs = task.reference(inputs)
+    message = verify(outputs, refs, task.output_names, task.reduction_length)
+    out: dict[str, Any] = {"correct": message is None, "message": message, "torch_message": None}
+    if message is not None:
+        return out
+    fns: list[Callable[[], object]] = [
+        kernel.bind_call(*inputs, *outputs),
+        lambda: task.reference(inputs),
+    ]
+    torch_fn = torch_call(task, inputs) if with_torch else None
+    if torch_fn is not None:
+        call, result = torch_fn
+        call()
+        torch_wrong = verify(result(), refs, task.output_names, task.reduction_length)
+        if torch_wrong is None:
+            fns.append(call)
+        else:  # say so rather than time a different computation
+            out["torch_message"] = torch_wrong
+    with limit_numpy_threads(1):
+        timings = time_interleaved(fns, config)
+    out["loomtune"], out["numpy"] = _timing(timings[0]), _timing(timings[1])
+    out["torch"] = _timing(timings[2]) if len(timings) > 2 else None
+    latency = timings[0].median_ms
+    out["latency_ms"] = latency
+    out["numpy_ms"] = timings[1].median_ms
+    out["torch_ms"] = timings[2].median_ms if len(timings) > 2 else None
+    out["ratio_numpy"] = out["numpy_ms"] / latency
+    out["ratio_torch"] = out["torch_ms"] / latency if out["torch_ms"] else None
+    out["gflops"] = gflops(task.flops, latency) if task.flops else None
+    return out
+
+
+def _timing(t: Timing) -> dict[str, Any]:
+    return {
+        "times_ms": list(t.times_ms),
+        "number": t.number,
+        "median_ms": t.median_ms,
+        "min_ms": t.min_ms,
+    }
+
+
+# -- one tuning run ------------------------------------------------------------------------
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) of a live process; 0 when it cannot be read."""
+    if pid is None:
+        return 0.0
+    try:
+        line = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return 0.0
+    fields = line.rpartition(") ")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Context:
+    folder: Path
+    seed: int
+    quiet_wait_s: float
+    measure: MeasureConfig
+    log: Callable[[str], None]
+    with_torch: bool = True
+
+
+def _pool_cpu(pool: Any) -> float:
+    return sum(process_cpu_s(getattr(p, "pid", None)) for p in pool.processes)
+
+
+def tune_one(
+    ctx: Context,
+    task: Task,
+    *,
+    trials: int,
+    strategy: str,
+    db_file: Path,
+    label: str,
+    final: bool = True,
+) -> dict[str, Any]:
+    """Tune `task` in the database `db_file`; the row (curve, times, final comparison)."""
+    from benchmarks import harness
+    from service.db.store import open_database
+    from service.tuning import tune_task
+    from workers.pool import LocalPool
+
+    database = open_database(f"sqlite:///{db_file}")
+    pool = LocalPool(threads=1)
+    trial_times: list[float] = []
+    statuses: dict[str, int] = {}
+    start = time.perf_counter()
+
+    def on_trial(trial: Any) -> None:
+        trial_times.append(time.perf_counter() - start)
+        statuses[trial.result.status] = statuses.get(trial.result.status, 0) + 1
+
+    if ctx.quiet_wait_s > 0:
+        harness.wait_until_quiet(ctx.quiet_wait_s)
+    children_before = 0.0
+    before = harness.cpu_snapshot()
+    helped = 0.0
+    try:
+        start = time.perf_counter()
+        outcome = tune_task(
+            task, threads=1, trials=trials, strategy=strategy, seed=ctx.seed, database=database,
+            runner=pool, on_trial=on_trial, compare=False,
+        )  # fmt: skip
+        tune_s = time.perf_counter() - start
+        helped = _pool_cpu(pool) - children_before
+    finally:
+        pool.close()
+    after = harness.cpu_snapshot()
+    if after is not None:
+        after = _add_own(after, helped)
+    load = harness.others_load(before, after)
+    run = outcome.run
+    history = list(run.history)
+    best_trace = outcome.best_trace
+    row: dict[str, Any] = {
+        "case": label,
+        "label": label,
+        "op": task.op,
+        "params": dict(task.params),
+        "workload_key": task.key,
+        "target": outcome.target.canonical(),
+        "flops": task.flops,
+        "strategy": outcome.strategy,
+        "trials": trials,
+        "trials_done": run.trials_done,
+        "stop_reason": run.stop_reason,
+        "history_ms": history,
+        "trial_times_s": trial_times,
+        "checkpoints_ms": {
+            str(c): history[c - 1] if len(history) >= c else None for c in checkpoints(trials)
+        },
+        "tune_s": tune_s,
+        "loop_s": run.seconds,
+        "candidates_per_s": run.trials_done / run.seconds if run.seconds else None,
+        "statuses": statuses,
+        "failures": dict(run.failures),
+        "best_record_id": outcome.best.record_id if outcome.best is not None else None,
+        "best_tuning_ms": outcome.best.median_ms if outcome.best is not None else None,
+        "best_trace": best_trace.as_python() if best_trace is not None else None,
+        "pool_cpu_s": helped,
+        "tuning_others_load": load,
+        "tuning_contended": harness.is_contended(load),
+    }
+    ctx.log(
+        f"  {label}: {run.trials_done} trials in {tune_s:.1f} s "
+        f"({row['candidates_per_s'] or 0:.2f}/s), best while tuning {row['best_tuning_ms']} ms"
+    )
+    if final:
+        row.update(final_comparison(ctx, task, outcome.kernel))
+    return row
+
+
+def _add_own(snapshot: Any, seconds: float) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(snapshot, own=snapshot.own + seconds)
+
+
+def final_comparison(ctx: Context, task: Task, kernel: Kernel | None) -> dict[str, Any]:
+    from benchmarks import harness
+
+    if kernel is None:
+        return {"correct": False, "message": "no correct candidate", "latency_ms": None, "numpy_ms": None,
+                "torch_ms": None, "ratio_numpy": None, "ratio_torch": None, "others_load": None, "contended": False}  # fmt: skip
+    if ctx.quiet_wait_s > 0:
+        harness.wait_until_quiet(ctx.quiet_wait_s)
+    before = harness.cpu_snapshot()
+    out = compare(kernel, task, ctx.measure, ctx.seed, ctx.with_torch)
+    load = harness.others_load(before, harness.cpu_snapshot())
+    out.setdefault("latency_ms", None)
+    out.setdefault("numpy_ms", None)
+    out.setdefault("torch_ms", None)
+    out.setdefault("ratio_numpy", None)
+    out.setdefault("ratio_torch", None)
+    out["others_load"] = load
+    out["contended"] = harness.is_contended(load)
+    if out["correct"]:
+        torch_text = f", torch {out['torch_ms']:.3f} ms" if out["torch_ms"] else ""
+        ctx.log(
+            f"    final: loomtune {out['latency_ms']:.3f} ms, numpy {out['numpy_ms']:.3f} ms "
+            f"({out['ratio_numpy']:.2f}×){torch_text}{' (contended)' if out['contended'] else ''}"
+        )
+    else:
+        ctx.log(f"    final: WRONG: {out['message']}")
+    return out
+
+
+# -- extras -----------------------------------------------------------------------------------
+
+
+def evo_vs_replay(
+    ctx: Context, main_row: dict[str, Any], workload: Workload, trials: int
+) -> dict[str, Any]:
+    """Replay for `trials` on the workload of `main_row` (evolutionary), fresh database."""
+    row = tune_one(
+        ctx, workload.task(), trials=trials, strategy="replay",
+        db_file=ctx.folder / "replay.sqlite", label=f"{workload.name} replay", final=False,
+    )  # fmt: skip
+    evo = main_row["history_ms"][trials - 1] if len(main_row["history_ms"]) >= trials else None
+    rep = row["history_ms"][-1] if row["history_ms"] else None
+    return {
+        "workload": workload.name,
+        "trials": trials,
+        "evolutionary_ms": evo,
+        "replay_ms": rep,
+        "evolutionary_ahead": None if evo is None or rep is None else evo < rep,
+        "replay": row,
+    }
+
+
+def reuse(ctx: Context, source_db: Path, warm_trials: int, cold_trials: int) -> dict[str, Any]:
+    """matmul 1000³ tuned in a copy of matmul 1024³'s database vs a cold start."""
+    task = library_task("matmul", REUSE_TO)
+    warm_db = ctx.folder / "reuse-warm.sqlite"
+    shutil.copyfile(source_db, warm_db)
+    warm = tune_one(ctx, task, trials=warm_trials, strategy="evolutionary", db_file=warm_db,
+                    label="matmul 1000³ with 1024³'s records", final=True)  # fmt: skip
+    cold = tune_one(ctx, task, trials=cold_trials, strategy="evolutionary", db_file=ctx.folder / "reuse-cold.sqlite",
+                    label="matmul 1000³ cold", final=True)  # fmt: skip
+    w = warm["history_ms"][-1] if warm["history_ms"] else None
+    c = cold["history_ms"][-1] if cold["history_ms"] else None
+    return {
+        "warm_trials": warm_trials,
+        "cold_trials": cold_trials,
+        "warm_best_ms": w,
+        "cold_best_ms": c,
+        "met": None if w is None or c is None else w <= c,
+        "warm": warm,
+        "cold": cold,
+    }
+
+
+def scheduler(ctx: Context, workloads: Sequence[Workload], per_task: int) -> dict[str, Any]:
+    """One shared budget (gradient policy) vs equal shares (round-robin), weighted latency."""
+    from benchmarks import harness
+    from service.db.store import open_database
+    from service.tuning import tune_tasks
+    from workers.pool import LocalPool
+
+    tasks = [(w.task(), float(w.weight)) for w in workloads]
+    budget = per_task * len(tasks)
+    out: dict[str, Any] = {
+        "weights": [w.weight for w in workloads],
+        "budget": budget,
+        "per_task": per_task,
+    }
+    for policy in ("gradient", "round_robin"):
+        database = open_database(f"sqlite:///{ctx.folder / f'sched-{policy}.sqlite'}")
+        pool = LocalPool(threads=1)
+        if ctx.quiet_wait_s > 0:
+            harness.wait_until_quiet(ctx.quiet_wait_s)
+        before = harness.cpu_snapshot()
+        start = time.perf_counter()
+        try:
+            outcome = tune_tasks(tasks, threads=1, trials=budget, seed=ctx.seed, database=database,
+                                 runner=pool, policy=policy, compare=False)  # fmt: skip
+            seconds = time.perf_counter() - start
+            helped = _pool_cpu(pool)
+        finally:
+            pool.close()
+        after = harness.cpu_snapshot()
+        load = harness.others_load(before, _add_own(after, helped) if after else None)
+        finals = [final_comparison(ctx, o.task, o.kernel) for o in outcome.outcomes]
+        latencies = [f["latency_ms"] for f in finals]
+        weighted = (
+            None if None in latencies else sum(w * lat for w, lat in zip(out["weights"], latencies))
+        )
+        out[policy] = {
+            "seconds": seconds,
+            "trials_per_task": [o.run.trials_done for o in outcome.outcomes],
+            "latency_ms": latencies,
+            "numpy_ms": [f["numpy_ms"] for f in finals],
+            "weighted_latency_ms": weighted,
+            "pool_cpu_s": helped,
+            "others_load": load,
+            "contended": harness.is_contended(load) or any(f["contended"] for f in finals),
+        }
+        ctx.log(f"  scheduler {policy}: weighted latency {weighted} ms in {seconds:.0f} s")
+    g, r = out["gradient"]["weighted_latency_ms"], out["round_robin"]["weighted_latency_ms"]
+    out["met"] = None if g is None or r is None else g < r
+    return out
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def run(
+    *,
+    trials: int = 256,
+    quick: bool = False,
+    only: Sequence[str] | None = None,
+    extras: Sequence[str] = (),
+    seed: int = 0,
+    quiet_wait_s: float = 0.0,
+    strategy: str = "evolutionary",
+    replay_trials: int = 64,
+    with_torch: bool = True,
+    log: Callable[[str], None] = print,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows (one per workload) and ``{"tune": ...}`` with the extras and the settings."""
+    workloads = list(QUICK_SUITE if quick else SUITE)
+    if only:
+        wanted = {name.lower() for name in only}
+        workloads = [
+            w for w in workloads if short_name(w).lower() in wanted or w.name.lower() in wanted
+        ]
+    measure = (
+        MeasureConfig(warmup=1, repeat=3, min_repeat_ms=5.0)
+        if quick
+        else MeasureConfig(warmup=2, repeat=15, min_repeat_ms=50.0)
+    )
+    extra: dict[str, Any] = {
+        "trials": trials,
+        "strategy": strategy,
+        "checkpoints": checkpoints(trials),
+        "torch": torch_version() if with_torch else None,
+        "measure_final": {
+            "warmup": measure.warmup,
+            "repeat": measure.repeat,
+            "min_repeat_ms": measure.min_repeat_ms,
+        },
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "tvm": None,
+        "extras": {},
+        "not_done": [e for e in EXTRAS if e not in extras],
+    }
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="loomtune-tune-") as tmp:
+        ctx = Context(Path(tmp), seed, quiet_wait_s, measure, log, with_torch)
+        db_files: dict[str, Path] = {}
+        for w in workloads:
+            task = w.task()
+            db_files[w.name] = ctx.folder / f"{len(db_files)}-{task.op}.sqlite"
+            log(f"tuning {w.name} ({trials} trials)")
+            row = tune_one(
+                ctx, task, trials=trials, strategy=strategy, db_file=db_files[w.name], label=w.name
+            )
+            row["weight"] = w.weight
+            rows.append(row)
+        if "evo_replay" in extras and rows:
+            first = next((w for w in workloads if w.op == "matmul"), workloads[0])
+            main_row = rows[workloads.index(first)]
+            n = min(replay_trials, trials)
+            log(f"evolutionary vs replay on {first.name} at {n} trials")
+            extra["extras"]["evo_replay"] = evo_vs_replay(ctx, main_row, first, n)
+        if "reuse" in extras:
+            source = next(
+                (w for w in workloads if w.op == "matmul" and w.params == REUSE_FROM), None
+            )
+            if source is None:
+                extra["not_done"].append("reuse (matmul 1024³ not in this run)")
+            else:
+                log("reuse across shapes: matmul 1000³")
+                warm, cold = (8, 16) if quick else (32, 128)
+                extra["extras"]["reuse"] = reuse(ctx, db_files[source.name], warm, cold)
+        if "scheduler" in extras:
+            log("task scheduler over the workloads")
+            extra["extras"]["scheduler"] = scheduler(ctx, workloads, 4 if quick else 128)
+    return rows, {"tune": extra}
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.{digits}g}"
+
+
+def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    tune = result["tune"]
+    checkpoints = tune["checkpoints"]
+    headers = [
+        "workload",
+        *[f"best @{c} ms" for c in checkpoints],
+        "tuning s",
+        "cand/s",
+        "final ms",
+        "numpy ms",
+        "× numpy",
+    ]
+    if tune.get("torch"):
+        headers += ["torch ms", "× torch"]
+    headers.append("correct")
+    rows = []
+    for r in result["rows"]:
+        cells = [r["case"] + (" †" if r.get("contended") else "")]
+        cells += [fmt(r["checkpoints_ms"].get(str(c))) for c in checkpoints]
+        cells += [
+            f"{r['tune_s']:.0f}",
+            fmt(r["candidates_per_s"]),
+            fmt(r["latency_ms"]),
+            fmt(r["numpy_ms"]),
+            fmt(r["ratio_numpy"]),
+        ]
+        if tune.get("torch"):
+            cells += [fmt(r["torch_ms"]), fmt(r["ratio_torch"])]
+        cells.append("yes" if r["correct"] else "**no**")
+        rows.append(cells)
+    return headers, rows
+
+
+def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    ex = result["tune"].get("extras") or {}
+    rows = []
+    if "evo_replay" in ex:
+        e = ex["evo_replay"]
+        rows.append([f"evolutionary vs replay, {e['workload']}, {e['trials']} trials",
+                     f"{fmt(e['evolutionary_ms'])} ms vs {fmt(e['replay_ms'])} ms",
+                     "evolutionary ahead" if e["evolutionary_ahead"] else "replay ahead or tie"])  # fmt: skip
+    if "reuse" in ex:
+        e = ex["reuse"]
+        rows.append([f"matmul 1000³: {e['warm_trials']} trials with 1024³'s records vs {e['cold_trials']} cold",
+                     f"{fmt(e['warm_best_ms'])} ms vs {fmt(e['cold_best_ms'])} ms (final: {fmt(e['warm']['latency_ms'])} vs {fmt(e['cold']['latency_ms'])})",
+                     "met" if e["met"] else "not met"])  # fmt: skip
+    if "scheduler" in ex:
+        e = ex["scheduler"]
+        g, r = e["gradient"], e["round_robin"]
+        rows.append([f"task scheduler, weights {','.join(f'{w:g}' for w in e['weights'])}, {e['budget']} trials shared vs {e['per_task']} each",
+                     f"{fmt(g['weighted_latency_ms'])} ms vs {fmt(r['weighted_latency_ms'])} ms (weighted total)",
+                     "met" if e["met"] else "not met"])  # fmt: skip
+    if not rows:
+        return None
+    return ["experiment (same run)", "best (while tuning) / latency", "goal"], rows
+
+
+def note(result: dict[str, Any]) -> str:
+    tune = result["tune"]
+    parts = [
+        f"{tune['strategy']} search, {tune['trials']} trials per workload, 1 thread, a fresh SQLite database per "
+        f"workload, the local pool of {tune['usable_cores']} one-thread measurement processes. "
+        "`best @N`: the best-so-far median after N trials as measured while tuning (short repeats, the other "
+        "core measuring the next candidate). `final`: the best kernel re-timed in this process, interleaved with "
+        "numpy"
+        + (f" and PyTorch {tune['torch']} (1 thread)" if tune.get("torch") else "")
+        + " in one call; × = their time / loomtune's. conv2d's numpy is the library's reference "
+        "(sliding windows + tensordot: im2col + GEMM). Tuning s: the whole `tune_task` call; cand/s: trials / the loop's time.",
+    ]
+    if not tune.get("torch"):
+        parts.append("PyTorch was not installed: no PyTorch column.")
+    if tune.get("tvm") is None:
+        parts.append("TVM MetaSchedule (`--with-tvm`) was not run: no TVM column yet.")
+    if tune.get("not_done"):
+        parts.append("Not run in this result: " + ", ".join(tune["not_done"]) + ".")
+    flagged = [r["case"] for r in result["rows"] if r.get("tuning_contended")]
+    if flagged:
+        parts.append(
+            "Other processes used > 10% of the CPUs while tuning " + ", ".join(flagged) + "."
+        )
+    if tune.get("plot"):
+        parts.append(f"Curves: `{tune['plot']}`.")
+    return " ".join(parts)
+
+
+def report_tables(
+    result: dict[str, Any], footnote: str | None = None
+) -> list[tuple[str | None, Any, str | None]]:
+    out: list[tuple[str | None, Any, str | None]] = [
+        (None, main_table(result), "\n\n".join(n for n in (note(result), footnote) if n))
+    ]
+    ex = extras_table(result)
+    if ex is not None:
+        out.append(("Extras, in the same run:", ex, None))
+    return out
+
+
+# -- the PNG -------------------------------------------------------------------------------------
+
+
+def plot(result: dict[str, Any], path: Path) -> Path | None:
+    """Best-so-far curves (GFLOP/s while tuning per trial), one panel per workload; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = result["rows"]
+    ex = result["tune"].get("extras") or {}
+    panels = len(rows) + (1 if "reuse" in ex else 0)
+    cols = 3 if panels > 2 else max(1, panels)
+    nrows = max(1, -(-panels // cols))
+    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
+    flat = [ax for line in axes for ax in line]
+
+    def curve(ax: Any, row: dict[str, Any], label: str, style: str = "-") -> None:
+        h = row["history_ms"]
+        xs = [i + 1 for i, v in enumerate(h) if v is not None]
+        ys = [v for v in h if v is not None]
+        ax.plot(xs, ys, style, label=label)
+
+    for ax, row in zip(flat, rows):
+        curve(ax, row, f"loomtune {row['strategy']}")
+        if "evo_replay" in ex and ex["evo_replay"]["workload"] == row["case"]:
+            curve(ax, ex["evo_replay"]["replay"], "loomtune replay", "--")
+        for name, key, style in (("numpy", "numpy_ms", ":"), ("PyTorch", "torch_ms", "-.")):
+            if row.get(key):
+                ax.axhline(
+                    row[key],
+                    linestyle=style,
+                    color="gray" if name == "numpy" else "black",
+                    label=f"{name} (final run)",
+                )
+        if row.get("latency_ms"):
+            ax.plot([row["trials_done"]], [row["latency_ms"]], "o", label="final, re-timed")
+        ax.set_title(row["case"], fontsize=9)
+        ax.set_xlabel("trial")
+        ax.set_ylabel("best ms (lower is better)")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    if "reuse" in ex:
+        ax = flat[len(rows)]
+        curve(ax, ex["reuse"]["cold"], f"cold ({ex['reuse']['cold_trials']} trials)")
+        curve(ax, ex["reuse"]["warm"], f"with 1024³'s records ({ex['reuse']['warm_trials']})")
+        ax.set_title("matmul 1000³: reuse across shapes", fontsize=9)
+        ax.set_xlabel("trial")
+        ax.set_ylabel("best ms")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    for ax in flat[panels:]:
+        ax.axis("off")
+    fig.suptitle(f"loomtune tuning curves, 1 thread ({result['utc']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+# -- one result file ------------------------------------------------------------------------------
+
+
+def run_and_write(
+    *,
+    out_dir: Path,
+    command: str = "",
+    environment: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+    **kwargs: Any,
+) -> tuple[dict[str, Any], Path]:
+    """Run the benchmark; write ``tune-<UTC>.json`` and the PNG of the same stem; (result, path)."""
+    import dataclasses
+
+    from benchmarks import harness
+    from workers.machine import machine_info
+
+    started = harness.utc_now()
+    wall = time.perf_counter()
+    before = harness.cpu_snapshot()
+    rows, extra = run(log=log, **kwargs)
+    after = harness.cpu_snapshot()
+    helped = sum(r.get("pool_cpu_s") or 0.0 for r in _all_rows(rows, extra["tune"]))
+    if after is not None:
+        after = dataclasses.replace(after, own=after.own + helped)
+    result: dict[str, Any] = {
+        "format": harness.FORMAT,
+        "suite": "tune",
+        "kind": "tune",
+        "description": "tuning to the best kernel: best-so-far per trial, tuning time, the final kernel "
+        "against numpy and PyTorch, 1 thread",
+        "quick": bool(kwargs.get("quick")),
+        "command": command,
+        "seed": kwargs.get("seed", 0),
+        "utc": started.isoformat().replace("+00:00", "Z"),
+        "wall_s": 0.0,
+        "machine": machine_info().to_dict(),
+        "target": Target.host().canonical(),
+        "loomtune_version": importlib.metadata.version("loomtune"),
+        "environment": environment or {},
+        "measure": extra["tune"]["measure_final"],
+        "quiet_wait_s": kwargs.get("quiet_wait_s", 0.0),
+        "contended_threshold": harness.CONTENDED,
+        "others_load": harness.others_load(before, after),
+        "first_compile_ms": None,
+        "rows": rows,
+        "scaling": [],
+        **extra,
+    }
+    result["wall_s"] = time.perf_counter() - wall
+    path = harness.write_result(result, out_dir, started)
+    png = plot(result, path.with_suffix(".png"))
+    if png is not None:
+        result["tune"]["plot"] = png.name
+        path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return result, path
+
+
+def _all_rows(rows: Sequence[dict[str, Any]], tune: dict[str, Any]) -> list[dict[str, Any]]:
+    out = list(rows)
+    ex = tune.get("extras") or {}
+    if "evo_replay" in ex:
+        out.append(ex["evo_replay"]["replay"])
+    if "reuse" in ex:
+        out += [ex["reuse"]["warm"], ex["reuse"]["cold"]]
+    if "scheduler" in ex:
+        out += [ex["scheduler"]["gradient"], ex["scheduler"]["round_robin"]]
+    return out
