@@ -13,6 +13,7 @@ restarted) is waited out with backoff, one log line per change of state.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -98,6 +99,10 @@ def test_two_workers_measure_every_candidate_exactly_once(coordinator: Coordinat
     procs.extend(workers)
     for w in workers:
         w.ready()
+    for i, w in enumerate(workers):  # pinned to --cores, and so are its measurement processes
+        core = {int(cores[i % len(cores)])}
+        assert os.sched_getaffinity(w.pid) == core
+        assert w.descendants and all(os.sched_getaffinity(pid) == core for pid in w.descendants)
     traces = [*sample_traces(TASK, 11), faulty_trace(TASK, "crash")]
     job_id, ids = c.start_job(TASK, target, traces)
     try:
