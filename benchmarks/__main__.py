@@ -63,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--strategy", default="evolutionary")
     tune.add_argument("--replay-trials", type=int, default=64, help="evo_replay's budget (64)")
+    tune.add_argument(
+        "--no-main",
+        action="store_true",
+        help="only the extras that need no main run (scheduler); suite tune_extras",
+    )
     tune.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     tune.add_argument("--with-tvm", action="store_true", help="TVM MetaSchedule (not implemented)")
     tune.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test")
@@ -142,6 +147,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
         strategy=args.strategy,
         replay_trials=args.replay_trials,
         with_torch=not args.no_torch,
+        main=not args.no_main,
     )
     for caption, table, note in tune.report_tables(result):
         if caption:

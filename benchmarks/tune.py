@@ -479,9 +479,14 @@ def run(
     strategy: str = "evolutionary",
     replay_trials: int = 64,
     with_torch: bool = True,
+    main: bool = True,
     log: Callable[[str], None] = print,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows (one per workload) and ``{"tune": ...}`` with the extras and the settings."""
+    """Rows (one per workload) and ``{"tune": ...}`` with the extras and the settings.
+
+    Without `main` the workloads are not tuned one by one (no rows): only the
+    extras that need no main run (``scheduler``) run.
+    """
     workloads = list(QUICK_SUITE if quick else SUITE)
     if only:
         wanted = {name.lower() for name in only}
@@ -512,7 +517,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="loomtune-tune-") as tmp:
         ctx = Context(Path(tmp), seed, quiet_wait_s, measure, log, with_torch)
         db_files: dict[str, Path] = {}
-        for w in workloads:
+        for w in workloads if main else ():
             task = w.task()
             db_files[w.name] = ctx.folder / f"{len(db_files)}-{task.op}.sqlite"
             log(f"tuning {w.name} ({trials} trials)")
@@ -529,7 +534,7 @@ def run(
             extra["extras"]["evo_replay"] = evo_vs_replay(ctx, main_row, first, n)
         if "reuse" in extras:
             source = next(
-                (w for w in workloads if w.op == "matmul" and w.params == REUSE_FROM), None
+                (w for w in workloads if w.op == "matmul" and w.params == REUSE_FROM and main), None
             )
             if source is None:
                 extra["not_done"].append("reuse (matmul 1024³ not in this run)")
@@ -642,12 +647,15 @@ def note(result: dict[str, Any]) -> str:
 def report_tables(
     result: dict[str, Any], footnote: str | None = None
 ) -> list[tuple[str | None, Any, str | None]]:
-    out: list[tuple[str | None, Any, str | None]] = [
-        (None, main_table(result), "\n\n".join(n for n in (note(result), footnote) if n))
-    ]
+    out: list[tuple[str | None, Any, str | None]] = []
+    if result["rows"]:
+        out.append(
+            (None, main_table(result), "\n\n".join(n for n in (note(result), footnote) if n))
+        )
     ex = extras_table(result)
     if ex is not None:
-        out.append(("Extras, in the same run:", ex, None))
+        caption = "Extras, in the same run:" if result["rows"] else None
+        out.append((caption, ex, None if result["rows"] else footnote))
     return out
 
 
@@ -666,6 +674,8 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
     rows = result["rows"]
     ex = result["tune"].get("extras") or {}
     panels = len(rows) + (1 if "reuse" in ex else 0)
+    if not panels:
+        return None
     cols = 3 if panels > 2 else max(1, panels)
     nrows = max(1, -(-panels // cols))
     fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
@@ -741,7 +751,7 @@ def run_and_write(
         after = dataclasses.replace(after, own=after.own + helped)
     result: dict[str, Any] = {
         "format": harness.FORMAT,
-        "suite": "tune",
+        "suite": "tune" if kwargs.get("main", True) else "tune_extras",
         "kind": "tune",
         "description": "tuning to the best kernel: best-so-far per trial, tuning time, the final kernel "
         "against numpy and PyTorch, 1 thread",
