@@ -52,6 +52,24 @@ def limit_address_space(extra_bytes: int) -> int:
     return limit
 
 
+def die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (even by SIGKILL).
+
+    A hung candidate would otherwise outlive a killed worker or tuner; stdin's
+    EOF only ends the loop between candidates.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before the call above
+        os._exit(1)
+
+
 def config_from_json(data: dict[str, Any] | None) -> MeasureConfig:
     if not data:
         return TUNING_CONFIG
@@ -102,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cores", default="", help="comma-separated CPU numbers to pin to")
     parser.add_argument("--worker", default="", help="name recorded with each result")
     args = parser.parse_args(argv)
+    die_with_parent()
     # The protocol gets its own copy of stdout; fd 1 then points at stderr, so
     # stray prints (from native code too) cannot corrupt the protocol.
     protocol = os.fdopen(os.dup(1), "w", buffering=1)

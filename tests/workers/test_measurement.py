@@ -45,6 +45,10 @@ def test_measurer_statuses_in_process() -> None:
     good = SimpleSpace(TASK.program).sample(random.Random(0))
     r = m.measure(TASK, TARGET, good)
     assert r.ok and len(r.run_times_ms) == 3 and r.median_ms > 0 and r.compile_ms > 0 and r.llvm_version
+    phases = r.extra["phases_ms"]  # where the time went; compile_ms is the first four
+    assert list(phases) == ["replay", "lower", "emit", "llvm", "verify", "timing"]
+    assert all(v >= 0 for v in phases.values()) and phases["timing"] > 0
+    assert sum(phases[k] for k in ("replay", "lower", "emit", "llvm")) == pytest.approx(r.compile_ms)
     # a trace that does not apply to this program
     other = library_task("matmul", {"m": 16, "n": 16, "k": 16})
     stale = SimpleSpace(other.program).sample(random.Random(1))
@@ -125,3 +129,28 @@ def test_a_pool_pins_each_process_to_its_cores() -> None:
         assert all(f.result().ok for f in futures)
         pinned = sorted(tuple(p.hello["cores"]) for p in pool.processes if p.hello)
     assert pinned == [(c,) for c in cores][: len(pinned)] and pinned
+
+
+def test_a_measurement_process_dies_with_its_parent() -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = "from workers.process import MeasureProcess\nimport time\np = MeasureProcess(); p.start(); print(p.pid, flush=True); time.sleep(60)\n"
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    state = "?"
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child}/status") as f:
+                state = f.read().split("State:")[1].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        if state in ("gone", "Z", "X"):
+            break
+        time.sleep(0.1)
+    assert state in ("gone", "Z", "X"), state
