@@ -116,12 +116,13 @@ def _key() -> str:
 def test_a_space_that_runs_out_succeeds_with_fewer_trials_and_says_so(api: Api) -> None:
     worker = PlayedWorker(api)
     client = api.token("client", owner="alice")
-    job_id = api.submit(client, target="host", trials=50, op="matmul", params={"m": 2, "n": 2, "k": 2})["id"]
+    # softmax's space on one thread holds 3 candidates (the row-reduction chain, fused)
+    job_id = api.submit(client, target="host", trials=50, op="softmax", params={"m": 4, "n": 8})["id"]
     runner = JobRunnerService(api.engine, lease_seconds=30)
     t = runner_thread(runner)
     done = serve_until(api, worker, client, job_id, ("succeeded", "failed"))
     t.join(30)
-    assert done["status"] == "succeeded" and done["trials_done"] == 8
+    assert done["status"] == "succeeded" and done["trials_done"] == 3
     assert "ran out" in (done["error"] or "")
 
 
