@@ -116,8 +116,11 @@ def _key() -> str:
 def test_a_space_that_runs_out_succeeds_with_fewer_trials_and_says_so(api: Api) -> None:
     worker = PlayedWorker(api)
     client = api.token("client", owner="alice")
-    # softmax's space on one thread holds 3 candidates (the row-reduction chain, fused)
-    job_id = api.submit(client, target="host", trials=50, op="softmax", params={"m": 4, "n": 8})["id"]
+    # random sampling of softmax's space on one thread reaches 3 candidates (the fused row chain)
+    r = api.call("POST", "/v1/jobs", client, json={
+        "workload": {"op": "softmax", "params": {"m": 4, "n": 8}}, "target": "host", "trials": 50, "strategy": "replay",
+    })  # fmt: skip
+    job_id = r.json()["id"]
     runner = JobRunnerService(api.engine, lease_seconds=30)
     t = runner_thread(runner)
     done = serve_until(api, worker, client, job_id, ("succeeded", "failed"))
