@@ -586,6 +586,11 @@ def run_suite(
         run_after = dataclasses.replace(
             run_after, own=run_after.own + extra["db"]["postgres_cpu_s"]
         )
+    if run_after is not None and extra.get("cost_model", {}).get("children_cpu_s"):
+        # The measurement processes worked for this run: not other processes.
+        run_after = dataclasses.replace(
+            run_after, own=run_after.own + extra["cost_model"]["children_cpu_s"]
+        )
     result = {
         "format": FORMAT,
         "suite": suite.name,
