@@ -37,10 +37,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("name an operator (see `loomtune ops`) or pass --workload FILE.json")
     task = resolve_task(args.workload, args.workload_file)
     _log(f"tuning {task.op} {_params(task.params)}: {args.trials} trials, {args.threads} thread(s)")
-    with _progress(args.trials) as on_trial:
+    with _progress(args.trials) as on_trial, graceful_interrupt() as should_stop:
         outcome = tune_task(
             task, threads=args.threads, trials=args.trials, strategy=args.strategy, seed=args.seed,
-            on_trial=on_trial,
+            on_trial=on_trial, should_stop=should_stop,
         )  # fmt: skip
     if outcome.run.interrupted or outcome.run.exhausted:
         _log(f"stopped: {outcome.run.stop_reason}")
@@ -140,10 +140,10 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
 
     tasks = load_tasks_file(args.tasks)
     _log(f"tuning {len(tasks)} workloads under one budget of {args.trials} trials, {args.threads} thread(s)")
-    with _progress(args.trials) as on_trial:
+    with _progress(args.trials) as on_trial, graceful_interrupt() as should_stop:
         outcome = tune_tasks(
             tasks, threads=args.threads, trials=args.trials, strategy=args.strategy, seed=args.seed,
-            on_trial=on_trial,
+            on_trial=on_trial, should_stop=should_stop,
         )  # fmt: skip
     results = [tune_result(o, o.run.trials_done) for o in outcome.outcomes]
     for r, (_, w) in zip(results, tasks):
@@ -167,6 +167,32 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
 
 def _params(params: dict[str, int]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+class graceful_interrupt:
+    """The first Ctrl-C asks the tuning loop to stop after the result in hand
+    (`should_stop`); a second one interrupts at once."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.event = threading.Event()
+        self._previous: Any = None
+
+    def __enter__(self) -> Any:
+        import signal
+
+        def first(_signum: int, _frame: Any) -> None:
+            self.event.set()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        self._previous = signal.signal(signal.SIGINT, first)
+        return self.event.is_set
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        signal.signal(signal.SIGINT, self._previous)
 
 
 class _progress:

@@ -67,6 +67,7 @@ def tune_task(
     runner: Runner | None = None,
     batch_size: int = DEFAULT_BATCH,
     on_trial: Callable[[Trial], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
     compare: bool = True,
 ) -> TuneOutcome:
     """Measure `trials` new candidates of `task`, then compile and check the best stored one.
@@ -91,7 +92,7 @@ def tune_task(
     try:
         run = tune_loop(
             task, canonical, strategy=search, runner=runner, database=database, trials=trials,
-            batch_size=batch_size, on_trial=on_trial,
+            batch_size=batch_size, on_trial=on_trial, should_stop=should_stop,
         )  # fmt: skip
     finally:
         if own_runner:
@@ -128,6 +129,7 @@ def tune_tasks(
     runner: Runner | None = None,
     policy: str = "gradient",
     on_trial: Callable[[Trial], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
     compare: bool = True,
 ) -> TasksOutcome:
     """Share `trials` among weighted tasks (`tuner.task_scheduler`), then check each best."""
@@ -160,7 +162,7 @@ def tune_tasks(
             on_trial(Trial(done[0], trial.trace, trial.result, trial.record, trial.best_ms))
 
     try:
-        scheduler.run(trials, on_trial=count)
+        scheduler.run(trials, on_trial=count, should_stop=should_stop)
     finally:
         if own_runner:
             runner.close()

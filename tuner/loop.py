@@ -17,7 +17,7 @@ from importlib import metadata
 
 from ir.task import Task
 from tuner.database import Database, TuningRecord
-from tuner.runner import MeasureResult, Runner
+from tuner.runner import MeasureResult, Runner, RunnerFuture
 from tuner.strategy import SearchStrategy
 from tuner.trace.trace import Trace
 
@@ -66,6 +66,20 @@ class TuneRun:
         return f"budget of {self.trials} trials spent"
 
 
+WAIT_SLICE_S = 0.25
+"""How often a wait for a result checks `should_stop`."""
+
+
+def _wait(future: RunnerFuture, should_stop: Callable[[], bool] | None) -> MeasureResult | None:
+    """The future's result, or None once `should_stop()` says so while waiting."""
+    while True:
+        try:
+            return future.result(timeout=WAIT_SLICE_S)
+        except TimeoutError:
+            if should_stop is not None and should_stop():
+                return None
+
+
 def make_record(
     task: Task, target: str, trace: Trace, result: MeasureResult, *, job_id: int | None = None
 ) -> TuningRecord:
@@ -103,8 +117,10 @@ def tune_loop(
     """Measure up to `trials` new candidates of `task` on `target`.
 
     Ends early when the strategy has nothing new (`exhausted`), when
-    `should_stop()` says so, or on Ctrl-C (`interrupted`; what was measured is
-    already stored). The runner is not closed here: its owner closes it.
+    `should_stop()` says so — checked between results and while waiting for
+    one, so a trial is either recorded and counted or neither — or on Ctrl-C
+    (`interrupted`; what was measured is already stored). The runner is not
+    closed here: its owner closes it.
     """
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
@@ -121,10 +137,16 @@ def tune_loop(
             if not traces:
                 run.exhausted = True
                 break
+            if should_stop is not None and should_stop():
+                run.interrupted = True
+                break
             futures = runner.submit(task, target, traces)
             results: list[MeasureResult] = []
             for trace, future in zip(traces, futures):
-                result = future.result()
+                result = _wait(future, should_stop)
+                if result is None:
+                    run.interrupted = True
+                    break
                 results.append(result)
                 record = make_record(task, target, trace, result, job_id=job_id)
                 database.commit_record(record)
@@ -141,7 +163,9 @@ def tune_loop(
                     run.best_trial = trial
                 if on_trial is not None:
                     on_trial(trial)
-            strategy.observe(traces, results)
+            strategy.observe(traces[: len(results)], results)
+            if run.interrupted:
+                break
     except KeyboardInterrupt:
         run.interrupted = True
     finally:

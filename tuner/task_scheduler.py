@@ -111,7 +111,12 @@ class TaskScheduler:
             return self.rng.choice(live)
         return max(live, key=lambda i: (_gradient(self.tasks[i], self.config.window), -i))
 
-    def run(self, trials: int, on_trial: Callable[[ScheduledTask, Trial], None] | None = None) -> int:
+    def run(
+        self,
+        trials: int,
+        on_trial: Callable[[ScheduledTask, Trial], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> int:
         """Spend `trials` over the tasks; how many were done."""
         start = time.perf_counter()
         done = 0
@@ -129,7 +134,7 @@ class TaskScheduler:
                 callback = (lambda trial, t=t: on_trial(t, trial)) if on_trial is not None else None
                 part = tune_loop(
                     t.task, self.target, strategy=t.strategy, runner=self.runner, database=self.database,
-                    trials=n, batch_size=n, on_trial=callback,
+                    trials=n, batch_size=n, on_trial=callback, should_stop=should_stop,
                 )  # fmt: skip
                 self.order.append(index)
                 _merge(t.run, part)

@@ -198,9 +198,14 @@ def test_sigterm_hands_the_leases_back_within_2_s_and_exits_0(coordinator: Coord
     job_id, ids = c.start_job(TASK, target, [faulty_trace(TASK, "hang"), *sample_traces(TASK, 1, seed=2)])
     try:
         c.wait_leased(ids, worker.id)
-        time.sleep(0.3)  # the hanging candidate is in its measurement process
-        measuring = [pid for pid in worker.descendants if alive(pid)]
+        deadline = time.monotonic() + 20  # the hanging candidate reaches its measurement process
+        measuring: list[int] = []
+        while not measuring and time.monotonic() < deadline:
+            time.sleep(0.1)
+            worker.remember_children()
+            measuring = [pid for pid in worker.descendants if alive(pid)]
         assert measuring
+        time.sleep(0.5)
         start = time.monotonic()
         worker.signal(signal.SIGTERM)
         assert worker.proc.wait(timeout=5) == 0
