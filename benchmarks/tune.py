@@ -321,6 +321,7 @@ def tune_one(
         "best_record_id": outcome.best.record_id if outcome.best is not None else None,
         "best_tuning_ms": outcome.best.median_ms if outcome.best is not None else None,
         "best_trace": best_trace.as_python() if best_trace is not None else None,
+        "best_trace_json": best_trace.to_json() if best_trace is not None else None,
         "pool_cpu_s": helped,
         "tuning_others_load": load,
         "tuning_contended": harness.is_contended(load),
@@ -634,6 +635,13 @@ def note(result: dict[str, Any]) -> str:
         parts.append("TVM MetaSchedule (`--with-tvm`) was not run: no TVM column yet.")
     if tune.get("not_done"):
         parts.append("Not run in this result: " + ", ".join(tune["not_done"]) + ".")
+    short = [
+        f"{r['case']} ({r['stop_reason']})"
+        for r in result["rows"]
+        if r["trials_done"] < r["trials"]
+    ]
+    if short:
+        parts.append("Stopped early: " + "; ".join(short) + ".")
     flagged = [r["case"] for r in result["rows"] if r.get("tuning_contended")]
     if flagged:
         parts.append(
@@ -681,6 +689,20 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
     fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
     flat = [ax for line in axes for ax in line]
 
+    from matplotlib.ticker import FormatStrFormatter
+
+    def axes_style(ax: Any, title: str) -> None:
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("trial")
+        ax.set_xscale("log", base=2)
+        ax.set_ylabel("best ms (lower is better)")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%d"))
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
+        ax.tick_params(axis="y", which="minor", labelsize=6)
+        ax.legend(fontsize=7)
+
     def curve(ax: Any, row: dict[str, Any], label: str, style: str = "-") -> None:
         h = row["history_ms"]
         xs = [i + 1 for i, v in enumerate(h) if v is not None]
@@ -701,20 +723,12 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
                 )
         if row.get("latency_ms"):
             ax.plot([row["trials_done"]], [row["latency_ms"]], "o", label="final, re-timed")
-        ax.set_title(row["case"], fontsize=9)
-        ax.set_xlabel("trial")
-        ax.set_ylabel("best ms (lower is better)")
-        ax.set_yscale("log")
-        ax.legend(fontsize=7)
+        axes_style(ax, row["case"])
     if "reuse" in ex:
         ax = flat[len(rows)]
         curve(ax, ex["reuse"]["cold"], f"cold ({ex['reuse']['cold_trials']} trials)")
         curve(ax, ex["reuse"]["warm"], f"with 1024³'s records ({ex['reuse']['warm_trials']})")
-        ax.set_title("matmul 1000³: reuse across shapes", fontsize=9)
-        ax.set_xlabel("trial")
-        ax.set_ylabel("best ms")
-        ax.set_yscale("log")
-        ax.legend(fontsize=7)
+        axes_style(ax, "matmul 1000³: reuse across shapes")
     for ax in flat[panels:]:
         ax.axis("off")
     fig.suptitle(f"loomtune tuning curves, 1 thread ({result['utc']})", fontsize=10)
