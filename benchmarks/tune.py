@@ -648,7 +648,7 @@ def note(result: dict[str, Any]) -> str:
             "Other processes used > 10% of the CPUs while tuning " + ", ".join(flagged) + "."
         )
     if tune.get("plot"):
-        parts.append(f"Curves: `{tune['plot']}`.")
+        parts.append(f"Curves: [{tune['plot']}](benchmarks/results/{tune['plot']}).")
     return " ".join(parts)
 
 
