@@ -40,6 +40,7 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     assert row["tune_s"] >= row["loop_s"] > 0
     assert row["candidates_per_s"] == pytest.approx(4 / row["loop_s"])
     assert row["best_trace"] and "def " in row["best_trace"]
+    assert row["best_trace_json"]["instructions"]
 
     # The ratios come from one interleaved timing: same repeats, same medians.
     k, n = row["loomtune"], row["numpy"]
