@@ -62,11 +62,18 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated: evo_replay, reuse, scheduler (default none)",
     )
     tune.add_argument("--strategy", default="evolutionary")
+    tune.add_argument(
+        "--evo-seeds", type=int, default=1, help="evo_replay: seeds to take the median over (1)"
+    )
+    tune.add_argument(
+        "--suite-name", default=None, help="the result's suite (default tune, or tune_extras)"
+    )
     tune.add_argument("--replay-trials", type=int, default=64, help="evo_replay's budget (64)")
     tune.add_argument(
         "--no-main",
         action="store_true",
-        help="only the extras that need no main run (scheduler); suite tune_extras",
+        help="no main table: only the extras (scheduler; evo_replay runs its own evolutionary "
+        "curves); suite tune_extras",
     )
     tune.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     tune.add_argument("--with-tvm", action="store_true", help="TVM MetaSchedule (not implemented)")
@@ -148,6 +155,8 @@ def _tune(args: argparse.Namespace, command: str) -> int:
         replay_trials=args.replay_trials,
         with_torch=not args.no_torch,
         main=not args.no_main,
+        evo_seeds=args.evo_seeds,
+        suite=args.suite_name,
     )
     for caption, table, note in tune.report_tables(result):
         if caption:

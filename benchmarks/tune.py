@@ -37,6 +37,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -257,6 +258,7 @@ def tune_one(
     db_file: Path,
     label: str,
     final: bool = True,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """Tune `task` in the database `db_file`; the row (curve, times, final comparison)."""
     from benchmarks import harness
@@ -282,7 +284,8 @@ def tune_one(
     try:
         start = time.perf_counter()
         outcome = tune_task(
-            task, threads=1, trials=trials, strategy=strategy, seed=ctx.seed, database=database,
+            task, threads=1, trials=trials, strategy=strategy, database=database,
+            seed=ctx.seed if seed is None else seed,
             runner=pool, on_trial=on_trial, compare=False,
         )  # fmt: skip
         tune_s = time.perf_counter() - start
@@ -305,6 +308,7 @@ def tune_one(
         "target": outcome.target.canonical(),
         "flops": task.flops,
         "strategy": outcome.strategy,
+        "seed": ctx.seed if seed is None else seed,
         "trials": trials,
         "trials_done": run.trials_done,
         "stop_reason": run.stop_reason,
@@ -374,22 +378,55 @@ def final_comparison(ctx: Context, task: Task, kernel: Kernel | None) -> dict[st
 
 
 def evo_vs_replay(
-    ctx: Context, main_row: dict[str, Any], workload: Workload, trials: int
+    ctx: Context,
+    main_row: dict[str, Any] | None,
+    workload: Workload,
+    trials: int,
+    seeds: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """Replay for `trials` on the workload of `main_row` (evolutionary), fresh database."""
-    row = tune_one(
-        ctx, workload.task(), trials=trials, strategy="replay",
-        db_file=ctx.folder / "replay.sqlite", label=f"{workload.name} replay", final=False,
-    )  # fmt: skip
-    evo = main_row["history_ms"][trials - 1] if len(main_row["history_ms"]) >= trials else None
-    rep = row["history_ms"][-1] if row["history_ms"] else None
+    """Evolutionary against replay on `workload` for `trials`, each run in a fresh database.
+
+    The evolutionary curve of seed ``ctx.seed`` is the main run's (`main_row`)
+    when there is one; every other curve is a run of its own. Medians over `seeds`.
+    """
+    seeds = list(seeds) or [ctx.seed]
+    per_seed = []
+    for seed in seeds:
+        evo_row = None
+        if main_row is not None and seed == ctx.seed:
+            history = main_row["history_ms"]
+            evo = history[trials - 1] if len(history) >= trials else None
+        else:
+            evo_row = tune_one(
+                ctx, workload.task(), trials=trials, strategy="evolutionary", seed=seed,
+                db_file=ctx.folder / f"evo-{seed}.sqlite", label=f"{workload.name} evolutionary seed {seed}",
+                final=False,
+            )  # fmt: skip
+            evo = evo_row["history_ms"][-1] if evo_row["history_ms"] else None
+        rep_row = tune_one(
+            ctx, workload.task(), trials=trials, strategy="replay", seed=seed,
+            db_file=ctx.folder / f"replay-{seed}.sqlite", label=f"{workload.name} replay seed {seed}",
+            final=False,
+        )  # fmt: skip
+        rep = rep_row["history_ms"][-1] if rep_row["history_ms"] else None
+        per_seed.append(
+            {"seed": seed, "evolutionary_ms": evo, "replay_ms": rep, "evolutionary": evo_row, "replay": rep_row}
+        )  # fmt: skip
+    evos = [p["evolutionary_ms"] for p in per_seed if p["evolutionary_ms"] is not None]
+    reps = [p["replay_ms"] for p in per_seed if p["replay_ms"] is not None]
+    evo_median = statistics.median(evos) if evos else None
+    rep_median = statistics.median(reps) if reps else None
     return {
         "workload": workload.name,
         "trials": trials,
-        "evolutionary_ms": evo,
-        "replay_ms": rep,
-        "evolutionary_ahead": None if evo is None or rep is None else evo < rep,
-        "replay": row,
+        "seeds": seeds,
+        "evolutionary_ms": evo_median,
+        "replay_ms": rep_median,
+        "evolutionary_ahead": None
+        if evo_median is None or rep_median is None
+        else evo_median < rep_median,
+        "replay": per_seed[0]["replay"],
+        "per_seed": per_seed,
     }
 
 
@@ -481,6 +518,7 @@ def run(
     replay_trials: int = 64,
     with_torch: bool = True,
     main: bool = True,
+    evo_seeds: int = 1,
     log: Callable[[str], None] = print,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows (one per workload) and ``{"tune": ...}`` with the extras and the settings.
@@ -527,12 +565,13 @@ def run(
             )
             row["weight"] = w.weight
             rows.append(row)
-        if "evo_replay" in extras and rows:
+        if "evo_replay" in extras and workloads:
             first = next((w for w in workloads if w.op == "matmul"), workloads[0])
-            main_row = rows[workloads.index(first)]
+            main_row = rows[workloads.index(first)] if rows else None
             n = min(replay_trials, trials)
-            log(f"evolutionary vs replay on {first.name} at {n} trials")
-            extra["extras"]["evo_replay"] = evo_vs_replay(ctx, main_row, first, n)
+            seeds = [seed + i for i in range(max(1, evo_seeds))]
+            log(f"evolutionary vs replay on {first.name} at {n} trials, seeds {seeds}")
+            extra["extras"]["evo_replay"] = evo_vs_replay(ctx, main_row, first, n, seeds)
         if "reuse" in extras:
             source = next(
                 (w for w in workloads if w.op == "matmul" and w.params == REUSE_FROM and main), None
@@ -598,7 +637,9 @@ def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
     rows = []
     if "evo_replay" in ex:
         e = ex["evo_replay"]
-        rows.append([f"evolutionary vs replay, {e['workload']}, {e['trials']} trials",
+        seeds = e.get("seeds") or [result["seed"]]
+        median = f", median of {len(seeds)} seeds" if len(seeds) > 1 else ""
+        rows.append([f"evolutionary vs replay, {e['workload']}, {e['trials']} trials{median}",
                      f"{fmt(e['evolutionary_ms'])} ms vs {fmt(e['replay_ms'])} ms",
                      "evolutionary ahead" if e["evolutionary_ahead"] else "replay ahead or tie"])  # fmt: skip
     if "reuse" in ex:
@@ -681,7 +722,10 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
         return None
     rows = result["rows"]
     ex = result["tune"].get("extras") or {}
-    panels = len(rows) + (1 if "reuse" in ex else 0)
+    seed_panel = "evo_replay" in ex and (
+        len(ex["evo_replay"].get("per_seed") or []) > 1 or not rows
+    )
+    panels = len(rows) + (1 if "reuse" in ex else 0) + (1 if seed_panel else 0)
     if not panels:
         return None
     cols = 3 if panels > 2 else max(1, panels)
@@ -729,6 +773,20 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
         curve(ax, ex["reuse"]["cold"], f"cold ({ex['reuse']['cold_trials']} trials)")
         curve(ax, ex["reuse"]["warm"], f"with 1024³'s records ({ex['reuse']['warm_trials']})")
         axes_style(ax, "matmul 1000³: reuse across shapes")
+    if seed_panel:
+        ax = flat[len(rows) + (1 if "reuse" in ex else 0)]
+        e = ex["evo_replay"]
+        for i, p in enumerate(e["per_seed"]):
+            color = f"C{i}"
+            evo = p["evolutionary"]
+            if evo is None:  # the main run's curve, cut at the budget
+                main = next(r for r in rows if r["case"] == e["workload"])
+                evo = {"history_ms": main["history_ms"][: e["trials"]]}
+            xs, ys = _points(evo["history_ms"])
+            ax.plot(xs, ys, "-", color=color, label=f"evolutionary, seed {p['seed']}")
+            xs, ys = _points(p["replay"]["history_ms"])
+            ax.plot(xs, ys, "--", color=color, label=f"replay, seed {p['seed']}")
+        axes_style(ax, f"{e['workload']}: evolutionary vs replay")
     for ax in flat[panels:]:
         ax.axis("off")
     fig.suptitle(f"loomtune tuning curves, 1 thread ({result['utc']})", fontsize=10)
@@ -736,6 +794,11 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def _points(history: Sequence[float | None]) -> tuple[list[int], list[float]]:
+    xs = [i + 1 for i, v in enumerate(history) if v is not None]
+    return xs, [v for v in history if v is not None]
 
 
 # -- one result file ------------------------------------------------------------------------------
@@ -747,6 +810,7 @@ def run_and_write(
     command: str = "",
     environment: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
+    suite: str | None = None,
     **kwargs: Any,
 ) -> tuple[dict[str, Any], Path]:
     """Run the benchmark; write ``tune-<UTC>.json`` and the PNG of the same stem; (result, path)."""
@@ -765,7 +829,7 @@ def run_and_write(
         after = dataclasses.replace(after, own=after.own + helped)
     result: dict[str, Any] = {
         "format": harness.FORMAT,
-        "suite": "tune" if kwargs.get("main", True) else "tune_extras",
+        "suite": suite or ("tune" if kwargs.get("main", True) else "tune_extras"),
         "kind": "tune",
         "description": "tuning to the best kernel: best-so-far per trial, tuning time, the final kernel "
         "against numpy and PyTorch, 1 thread",
@@ -800,7 +864,8 @@ def _all_rows(rows: Sequence[dict[str, Any]], tune: dict[str, Any]) -> list[dict
     out = list(rows)
     ex = tune.get("extras") or {}
     if "evo_replay" in ex:
-        out.append(ex["evo_replay"]["replay"])
+        for p in ex["evo_replay"].get("per_seed") or [{"replay": ex["evo_replay"]["replay"]}]:
+            out += [r for r in (p.get("evolutionary"), p["replay"]) if r is not None]
     if "reuse" in ex:
         out += [ex["reuse"]["warm"], ex["reuse"]["cold"]]
     if "scheduler" in ex:

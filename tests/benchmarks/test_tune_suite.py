@@ -74,3 +74,23 @@ def test_checkpoints_end_at_the_budget() -> None:
 def test_unknown_extra_is_refused(tmp_path: Path) -> None:
     assert main(["tune", "--quick", "--extras", "nope", "--out", str(tmp_path)]) == 2
     assert not list(tmp_path.iterdir())
+
+
+def test_evo_replay_alone_takes_the_median_over_seeds(tmp_path: Path) -> None:
+    code = main(
+        ["tune", "--quick", "--no-main", "--only", "matmul", "--extras", "evo_replay",
+         "--evo-seeds", "2", "--trials", "2", "--replay-trials", "2", "--out", str(tmp_path)]
+    )  # fmt: skip
+    assert code == 0
+    (path,) = tmp_path.glob("tune_extras-*.json")
+    result = json.loads(path.read_text(encoding="utf-8"))
+    assert result["rows"] == []
+    e = result["tune"]["extras"]["evo_replay"]
+    assert e["seeds"] == [0, 1] and len(e["per_seed"]) == 2
+    for p in e["per_seed"]:
+        assert p["evolutionary"]["strategy"] == "evolutionary"
+        assert p["replay"]["strategy"] == "replay"
+        assert p["evolutionary"]["seed"] == p["replay"]["seed"] == p["seed"]
+    evo = sorted(p["evolutionary_ms"] for p in e["per_seed"])
+    assert e["evolutionary_ms"] == pytest.approx(sum(evo) / 2)
+    assert path.with_suffix(".png").exists()
