@@ -180,9 +180,12 @@ class JobRunnerService:
         try:
             with self.sessions.read() as s:
                 progress = jobs.job_progress(s, job_id)
-            remaining = max(0, progress.budget - progress.trials_done - progress.outstanding)
+                pending = jobs.outstanding_hashes(s, job_id)
+            # Candidates an earlier runner wrote still count toward the budget: they are
+            # measured and waited for, and the search does not propose them again.
+            remaining = max(0, progress.budget - progress.trials_done - len(pending))
             database = SQLDatabase(self.engine)
-            context = SearchContext(task, target, make_space(task, Target.parse(target)), database)
+            context = SearchContext(task, target, make_space(task, Target.parse(target)), database, pending)
             strategy = make_strategy(strategy_name, context, seed)
             log.info("job %d: %s on %s, %d trials to go", job_id, task.op, target, remaining)
             run = tune_loop(

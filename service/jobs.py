@@ -424,6 +424,17 @@ def candidate_results(session: Session, candidate_ids: Sequence[int]) -> dict[in
     return out
 
 
+def outstanding_hashes(session: Session, job_id: int) -> frozenset[str]:
+    """Trace hashes of a job's candidates still waiting for a result (pending or leased)."""
+    return frozenset(
+        session.scalars(
+            select(m.Candidate.trace_hash).where(
+                m.Candidate.job_id == job_id, m.Candidate.status.in_(("pending", "leased"))
+            )
+        )
+    )
+
+
 def job_records(session: Session, job_id: int) -> list[TuningRecord]:
     """Everything a job measured, oldest first."""
     return records_of_job(session, job_id)

@@ -89,11 +89,24 @@ def _keep_alive(session: Session, worker: m.Worker, lease_seconds: float, now: d
     return len(extended), until
 
 
-def heartbeat(session: Session, worker: m.Worker, lease_seconds: float) -> tuple[int, datetime]:
-    """Stay alive: the worker's leases that have not expired last `lease_seconds` from now."""
-    count, until = _keep_alive(session, worker, lease_seconds, utc_now())
+def heartbeat(session: Session, worker: m.Worker, lease_seconds: float) -> tuple[list[int], datetime]:
+    """Stay alive: the worker's leases that have not expired last `lease_seconds` from now.
+
+    Returns the ids of those candidates: a worker that does not know one of them
+    (the answer to its lease call was lost with the connection) hands it back
+    instead of holding it, unmeasured, for ever.
+    """
+    now = utc_now()
+    _, until = _keep_alive(session, worker, lease_seconds, now)
+    held = list(
+        session.scalars(
+            select(m.Candidate.id)
+            .where(m.Candidate.lease_holder == worker.id, m.Candidate.status == "leased", m.Candidate.lease_expires_at >= now)
+            .order_by(m.Candidate.id)
+        )
+    )
     session.flush()
-    return count, until
+    return held, until
 
 
 @dataclass(frozen=True)

@@ -266,6 +266,7 @@ class WorkerList(BaseModel):
 class HeartbeatOut(BaseModel):
     worker_id: int
     leases_extended: int
+    held: list[int] = Field(default_factory=list, description="candidates this worker holds now (extended)")
     lease_expires_at: datetime
     lease_seconds: float
     heartbeat_seconds: float

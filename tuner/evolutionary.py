@@ -168,8 +168,7 @@ class EvolutionaryStrategy:
 
     def _is_new(self, trace: Trace) -> bool:
         h = trace.hash
-        c = self.context
-        return h not in self.proposed and h not in self.measured and not c.database.has_measured(c.task.key, c.target, h)
+        return h not in self.proposed and h not in self.measured and self.context.is_new(h)
 
     def _sample(self) -> Trace | None:
         try:

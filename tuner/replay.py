@@ -32,8 +32,7 @@ class ReplayStrategy:
 
     def is_new(self, trace: Trace) -> bool:
         h = trace.hash
-        c = self.context
-        return h not in self.proposed and not c.database.has_measured(c.task.key, c.target, h)
+        return h not in self.proposed and self.context.is_new(h)
 
     def propose(self, n: int) -> list[Trace]:
         out: list[Trace] = []

@@ -32,6 +32,13 @@ class SearchContext:
     target: str
     space: DesignSpace
     database: Database
+    pending: frozenset[str] = frozenset()
+    """Hashes of traces already waiting to be measured (a resumed job's candidates):
+    not proposed again, as if measured."""
+
+    def is_new(self, trace_hash: str) -> bool:
+        """Neither measured for this workload and target nor pending."""
+        return trace_hash not in self.pending and not self.database.has_measured(self.task.key, self.target, trace_hash)
 
 
 @runtime_checkable

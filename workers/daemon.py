@@ -298,6 +298,8 @@ class WorkerDaemon:
         self._work: queue.Queue[P.LeasedCandidate] = queue.Queue()
         self._outstanding = 0  # leased, not yet measured (queued or in a slot)
         self._unsent: list[P.Result] = []  # measured, not yet accepted by the coordinator
+        self._known: set[int] = set()  # candidates leased to us that we have not reported
+        self._strangers: set[int] = set()  # held by us per the last heartbeat, unknown to us
         self._fatal: WorkerError | None = None
         self.worker_id: int | None = None
         self.lease_seconds = 60.0
@@ -447,6 +449,7 @@ class WorkerDaemon:
             idle = self.config.idle_seconds / 4
             with self._lock:
                 self._outstanding += len(reply.candidates)
+                self._known.update(c.candidate_id for c in reply.candidates)
             for c in reply.candidates:
                 self._work.put(c)
 
@@ -544,6 +547,7 @@ class WorkerDaemon:
     def _sent(self, batch: list[P.Result]) -> None:
         done = {id(r) for r in batch}
         with self._lock:
+            self._known.difference_update(r.candidate_id for r in batch)
             self._unsent = [r for r in self._unsent if id(r) not in done]
             self.reported += len(batch)
 
@@ -552,7 +556,8 @@ class WorkerDaemon:
     def _heartbeats(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
             try:
-                P.HeartbeatReply.from_json(self.link.call(self._path("heartbeat"), retry=False))
+                reply = P.HeartbeatReply.from_json(self.link.call(self._path("heartbeat"), retry=False))
+                self._hand_back_strangers(reply.held)
             except Unreachable:
                 continue  # logged by the link; the next beat tries again
             except Rejected as e:
@@ -562,6 +567,24 @@ class WorkerDaemon:
                 self.log(f"heartbeat refused: {e.status} {e.message}")
             except Exception as e:  # an answer of another shape must not end the heartbeats
                 self.log(f"heartbeat failed: {type(e).__name__}: {e}")
+
+    def _hand_back_strangers(self, held: Sequence[int]) -> None:
+        """Release leases the coordinator says we hold but we never heard of.
+
+        That happens when the coordinator granted a lease and the answer was
+        lost (it died mid-response): held and heartbeated, the candidate would
+        never be measured. A stranger in two heartbeats in a row (not a lease
+        whose answer is arriving right now) is handed back.
+        """
+        with self._lock:
+            unknown = set(held) - self._known
+            stale = sorted(unknown & self._strangers)
+            self._strangers = unknown - set(stale)
+        if not stale:
+            return
+        data = self.link.call(self._path("release"), P.ReleaseRequest(candidate_ids=tuple(stale)).to_json(), retry=False)
+        released = P.ReleaseReply.from_json(data).released
+        self.log(f"handed back {len(released)} lease(s) whose grant never reached this worker: {list(released)}")
 
     # -- stopping -----------------------------------------------------------------------
 

@@ -164,6 +164,7 @@ class HeartbeatReply(Message):
     lease_expires_at: datetime
     lease_seconds: float
     heartbeat_seconds: float
+    held: tuple[int, ...] = ()
 
 
 # -- lease --------------------------------------------------------------------------------

@@ -68,10 +68,11 @@ def heartbeat(worker_id: WorkerId, caller: WorkerRole, state: State) -> Heartbea
     s = state.settings
     with state.sessions.write() as session:
         worker = L.get_worker(session, worker_id, caller)
-        extended, until = L.heartbeat(session, worker, s.lease_seconds)
+        held, until = L.heartbeat(session, worker, s.lease_seconds)
     return HeartbeatOut(
         worker_id=worker_id,
-        leases_extended=extended,
+        leases_extended=len(held),
+        held=held,
         lease_expires_at=until,
         lease_seconds=s.lease_seconds,
         heartbeat_seconds=s.heartbeat_seconds,

@@ -237,3 +237,14 @@ def test_record_ids_are_uuids_of_the_workers_choice(api: Api) -> None:
     rid = str(uuid.uuid4())
     api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0], record_id=rid)]})
     assert api.count("SELECT count(*) FROM records WHERE record_id = :r", r=rid) == 1
+
+
+def test_a_heartbeat_names_the_leases_held_so_a_lost_grant_can_be_handed_back(api: Api) -> None:
+    _client, worker, _job, ids, wid = _setup(api)
+    _lease(api, worker, wid, 2)  # the worker never saw this answer (its connection died)
+    beat = api.call("POST", f"/v1/workers/{wid}/heartbeat", worker)
+    assert beat.status_code == 200, beat.text
+    assert beat.json()["held"] == ids[:2] and beat.json()["leases_extended"] == 2
+    r = api.call("POST", f"/v1/workers/{wid}/release", worker, json={"candidate_ids": ids[:2]})
+    assert r.status_code == 200 and sorted(r.json()["released"]) == ids[:2]
+    assert api.call("POST", f"/v1/workers/{wid}/heartbeat", worker).json()["held"] == []
