@@ -1,8 +1,9 @@
 """Property test of the whole OpenAPI schema (schemathesis): no request gets a 5xx.
 
-Generated requests for every operation, valid ones and invalid ones, as an
-admin (who may call every route) against a coordinator that has a running job
-with candidates and a registered worker, so ids 1 exist. Revoking tokens is
+Generated requests for every operation, valid ones and invalid ones, each
+sent as an admin, a client or a worker (drawn per request), against a
+coordinator that has a running job with candidates and a registered worker,
+so ids 1 exist. At least 100 requests per operation (valid + invalid). Revoking tokens is
 left out: revoking the admin's own token would end the run early.
 
 (schemathesis' pytest integration, `from_fixture`, does not run under pytest 9:
@@ -17,13 +18,14 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
 
 from tests.service.api.apikit import ADMIN, ZEN, Api, make_api
 
-EXAMPLES = 25
-"""Generated requests per operation and mode."""
+EXAMPLES = {GenerationMode.POSITIVE: 60, GenerationMode.NEGATIVE: 40}
+"""Generated requests per operation and mode: 100 per operation in all."""
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +37,7 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         api.run_job(job["id"], 8)
         api.register(ADMIN, ZEN)
         api.submit(ADMIN, trials=3, op="softmax", params={"m": 4, "n": 4})
+        api.secrets = [ADMIN, api.token("client", owner="alice"), api.token("worker", owner="lab")]  # type: ignore[attr-defined]
         yield api
     api.engine.dispose()
 
@@ -45,15 +48,15 @@ def test_no_request_is_a_server_error(coordinator: Api, mode: GenerationMode) ->
     operations = [result.ok() for result in schema.get_all_operations()]
     fuzzed = [op for op in operations if (op.method.upper(), op.path) != ("DELETE", "/v1/tokens/{token_id}")]
     assert len(fuzzed) >= 17
-    headers = {"Authorization": f"Bearer {ADMIN}"}
+    secrets = coordinator.secrets  # type: ignore[attr-defined]
     calls: list[int] = []
 
     for operation in fuzzed:
 
-        @given(case=operation.as_strategy(mode))
-        @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
-        def check(case: Any) -> None:
-            response = case.call(headers=headers)
+        @given(case=operation.as_strategy(mode), secret=st.sampled_from(secrets))
+        @settings(max_examples=EXAMPLES[mode], deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+        def check(case: Any, secret: str) -> None:
+            response = case.call(headers={"Authorization": f"Bearer {secret}"})
             calls.append(response.status_code)
             assert response.status_code < 500, (
                 f"{case.method} {case.formatted_path} query={case.query} body={case.body!r:.300}"
@@ -65,4 +68,4 @@ def test_no_request_is_a_server_error(coordinator: Api, mode: GenerationMode) ->
         except Unsatisfiable:
             # An operation with nothing to get wrong (no parameters, no body) has no invalid requests.
             assert mode is GenerationMode.NEGATIVE, operation.label
-    assert len(calls) >= len(fuzzed) * (EXAMPLES // 2 if mode is GenerationMode.POSITIVE else 1)
+    assert len(calls) >= len(fuzzed) * (EXAMPLES[mode] // 2 if mode is GenerationMode.POSITIVE else 1)
