@@ -568,6 +568,16 @@ def run_suite(
     if suite.kind == "db":
         rows, extra = run_db(quick, settings)
         measure = {"warmup": 1, "repeat": extra["db"]["repeat"]}
+    elif suite.kind == "service":  # the coordinator under load: benchmarks/service_bench.py
+        from benchmarks import service_bench
+
+        rows, extra = service_bench.run(quick, seed, meter=metered(settings.quiet_wait_s), log=log)
+        for row in rows:
+            row["contended"] = is_contended(row["others_load"])
+        measure = extra["service"]["measure"]
+        if run_before is not None:  # the coordinator, PostgreSQL, the workers: this run's own
+            helped_s = extra["service"]["helper_cpu_s"]
+            run_before = dataclasses.replace(run_before, own=run_before.own - helped_s)
     elif suite.kind == "cost_model":  # no kernels of its own: benchmarks/cost_model.py
         from benchmarks import cost_model
 

@@ -306,6 +306,13 @@ SUITES: dict[str, Suite] = {
             lambda quick: [],  # no kernels: benchmarks/db_queries.py fills and asks the databases
         ),
         Suite(
+            "service",
+            "the coordinator under load: result submissions/s and lease round trips of simulated "
+            "workers over HTTP on PostgreSQL, and 2 real workers against embedded tuning",
+            "service",
+            lambda quick: [],  # no kernels: benchmarks/service_bench.py runs the processes
+        ),
+        Suite(
             "cost_model",
             "ranking quality of the cost model (XGBoost regression and rank objectives, a "
             "scikit-learn random forest, random) on real measurements of replay-sampled "

@@ -205,6 +205,10 @@ def tables(result: dict[str, Any]) -> list[tuple[str | None, Table, str | None]]
         return [(None, compile_table(result), note)]
     if result["kind"] == "db":
         return [(None, db_table(result), "\n\n".join(n for n in (db_note(result), note) if n))]
+    if result["kind"] == "service":
+        from benchmarks.service_bench import report_tables as service_tables
+
+        return service_tables(result, note)
     if result["kind"] == "cost_model":
         from benchmarks.cost_model import report_tables
 
