@@ -2,11 +2,14 @@
 
     python examples/gemm_traces.py      # rewrites examples/matmul_1024*.trace.json
 
-The schedule: B packed into 16-wide column panels inside the kernel; for each
-panel (j_0) and each 6-row strip (i_0), a 6x16 accumulator tile (12 ymm registers
-on AVX2) lives in a local cache while k runs in blocks of 256; the tile is zeroed
-before and written back after. The parallel variant splits the panels (and the
-packing) over the threads.
+The schedule: B packed into column panels inside the kernel; for each panel
+(j_0) and each strip of rows (i_0), an accumulator tile lives in a local cache
+while k runs in blocks of 256; the tile is zeroed before and written back after.
+The parallel variant splits the panels (and the packing) over the threads.
+
+The register tile follows the host's vectors (`register_tile`): with AVX-512,
+12 rows x 32 columns (24 zmm accumulators of the 32), B in 32-wide panels;
+with AVX2, 6 x 16 (12 of the 16 ymm), B in 16-wide panels.
 """
 
 from __future__ import annotations
@@ -19,15 +22,20 @@ from tuner.trace.file import TraceFile
 from tuner.trace.traced_schedule import TracedSchedule
 
 HERE = Path(__file__).resolve().parent
-ROWS, PANEL, K_BLOCK = 6, 16, 256
+K_BLOCK = 256
 
 
-def gemm_schedule(sch: TracedSchedule, *, parallel: bool) -> None:
+def register_tile(vector_bits: int) -> tuple[int, int]:
+    """(rows, panel width) of the accumulator tile for float32 vectors of `vector_bits`."""
+    return (12, 32) if vector_bits >= 512 else (6, 16)
+
+
+def gemm_schedule(sch: TracedSchedule, *, parallel: bool, rows: int = 6, panel: int = 16) -> None:
     c = sch.get_block("C")
-    pack = sch.transform_layout(c, "B", panel_map(PANEL))
+    pack = sch.transform_layout(c, "B", panel_map(panel))
     i, j, k = sch.get_loops(c)
-    i0, i1 = sch.split(i, [None, ROWS])
-    j0, j1 = sch.split(j, [None, PANEL])
+    i0, i1 = sch.split(i, [None, rows])
+    j0, j1 = sch.split(j, [None, panel])
     k0, k1 = sch.split(k, [None, K_BLOCK])
     sch.reorder(j0, i0, k0, k1, i1, j1)
     acc = sch.cache_write(c, 0, "local")
@@ -46,12 +54,15 @@ def gemm_schedule(sch: TracedSchedule, *, parallel: bool) -> None:
 
 
 def main() -> None:
+    from codegen.target import Target
+
+    rows, panel = register_tile(Target.host().vector_bits)
     task = library_task("matmul", {"m": 1024, "n": 1024, "k": 1024})
     for name, threads in (("matmul_1024.trace.json", 1), ("matmul_1024_parallel.trace.json", 2)):
         sch = TracedSchedule(task.program)
-        gemm_schedule(sch, parallel=threads > 1)
+        gemm_schedule(sch, parallel=threads > 1, rows=rows, panel=panel)
         TraceFile.for_task(task, f"host -num-threads={threads}", sch.trace).save(HERE / name)
-        print(f"wrote {HERE / name}")
+        print(f"wrote {HERE / name} ({rows}x{panel} register tile)")
 
 
 if __name__ == "__main__":
