@@ -412,6 +412,21 @@ def evo_vs_replay(
         per_seed.append(
             {"seed": seed, "evolutionary_ms": evo, "replay_ms": rep, "evolutionary": evo_row, "replay": rep_row}
         )  # fmt: skip
+    main_history = main_row["history_ms"] if main_row is not None else []
+
+    def at(p: dict[str, Any], key: str, n: int) -> float | None:
+        row = p[key]
+        history = row["history_ms"] if row is not None else main_history
+        return history[n - 1] if len(history) >= n else None
+
+    by_checkpoint = {}
+    for n in checkpoints(trials):
+        e_n = [v for p in per_seed if (v := at(p, "evolutionary", n)) is not None]
+        r_n = [v for p in per_seed if (v := at(p, "replay", n)) is not None]
+        by_checkpoint[str(n)] = {
+            "evolutionary_ms": statistics.median(e_n) if e_n else None,
+            "replay_ms": statistics.median(r_n) if r_n else None,
+        }
     evos = [p["evolutionary_ms"] for p in per_seed if p["evolutionary_ms"] is not None]
     reps = [p["replay_ms"] for p in per_seed if p["replay_ms"] is not None]
     evo_median = statistics.median(evos) if evos else None
@@ -427,6 +442,7 @@ def evo_vs_replay(
         else evo_median < rep_median,
         "replay": per_seed[0]["replay"],
         "per_seed": per_seed,
+        "checkpoints": by_checkpoint,
     }
 
 
@@ -680,6 +696,12 @@ def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
         rows.append([f"evolutionary vs replay, {e['workload']}, {e['trials']} trials{median}",
                      f"{fmt(e['evolutionary_ms'])} ms vs {fmt(e['replay_ms'])} ms",
                      "evolutionary ahead" if e["evolutionary_ahead"] else "replay ahead or tie"])  # fmt: skip
+        for n, c in (e.get("checkpoints") or {}).items():
+            if int(n) in (64, 256) and int(n) != e["trials"] and None not in c.values():
+                ahead = c["evolutionary_ms"] < c["replay_ms"]
+                rows.append([f"… the same runs after {n} trials{median}",
+                             f"{fmt(c['evolutionary_ms'])} ms vs {fmt(c['replay_ms'])} ms",
+                             "evolutionary ahead" if ahead else "replay ahead or tie"])  # fmt: skip
     if "reuse" in ex:
         e = ex["reuse"]
         rows.append([f"matmul 1000³: {e['warm_trials']} trials with 1024³'s records vs {e['cold_trials']} cold",
