@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from service.db import models as m
 from service.db.session import as_utc
@@ -243,36 +244,34 @@ def submit_results(session: Session, worker: m.Worker, results: Sequence[Result]
     taken = set(session.scalars(select(m.Record.record_id).where(m.Record.record_id.in_([r.record_id for _, r in fresh]))))
     if taken:
         raise Conflict(f"record_id {sorted(taken)[0]} is already another measurement's")
+    # One statement per table, not one per result: a post is a handful of round trips.
     per_job: dict[int, int] = {}
+    rows = []
     for c, r in fresh:
         job = jobs[c.job_id]
         ok = r.status == "ok"
-        session.execute(
-            _insert(session, m.Record)
-            .values(
-                record_id=r.record_id,
-                workload_key=job.workload_key,
-                target_id=job.target_id,
-                job_id=job.id,
-                candidate_id=c.id,
-                trace=c.trace,
-                trace_hash=c.trace_hash,
-                run_times=list(r.run_times_ms),
-                median_ms=float(statistics.median(r.run_times_ms)) if ok else None,
-                status=r.status,
-                message=r.message,
-                worker=worker.name[:256],
-                loomtune_version=r.loomtune_version,
-                llvm_version=r.llvm_version,
-                measured_at=now,
-            )
-            # The trace already measured for this workload and target (by another job): keep the first.
-            .on_conflict_do_nothing()
-        )
-        c.status = "done"
-        c.record_id = r.record_id
-        c.lease_expires_at = None
+        rows.append({
+            "record_id": r.record_id, "workload_key": job.workload_key, "target_id": job.target_id,
+            "job_id": job.id, "candidate_id": c.id, "trace": c.trace, "trace_hash": c.trace_hash,
+            "run_times": list(r.run_times_ms), "median_ms": float(statistics.median(r.run_times_ms)) if ok else None,
+            "status": r.status, "message": r.message, "worker": worker.name[:256],
+            "loomtune_version": r.loomtune_version, "llvm_version": r.llvm_version, "measured_at": now,
+        })  # fmt: skip
         per_job[c.job_id] = per_job.get(c.job_id, 0) + 1
+    if rows:
+        # The trace already measured for this workload and target (by another job): keep the first.
+        session.execute(_insert(session, m.Record).values(rows).on_conflict_do_nothing())
+        table = m.Candidate.__table__
+        session.execute(
+            update(table)
+            .where(table.c.id == bindparam("cid"))
+            .values(status="done", record_id=bindparam("rid"), lease_expires_at=None),
+            [{"cid": c.id, "rid": r.record_id} for c, r in fresh],
+        )
+        for c, r in fresh:  # keep the session's copies true without another flush
+            set_committed_value(c, "status", "done")
+            set_committed_value(c, "record_id", r.record_id)
+            set_committed_value(c, "lease_expires_at", None)
     for job_id, count in per_job.items():
         session.execute(
             update(m.Job).where(m.Job.id == job_id).values(trials_done=m.Job.trials_done + count, updated_at=now)
