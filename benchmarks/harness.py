@@ -13,7 +13,9 @@ Per case, in order:
 
 The compile suite repeats step 1 instead of step 3 and splits the time into
 lowering, LLVM IR emission and LLVM (optimise + JIT). The db suite has no
-kernels: it times the tuning database's queries (benchmarks/db_queries.py).
+kernels: it times the tuning database's queries (benchmarks/db_queries.py);
+the tuning suite times the tuning loop with its pool of measurement
+processes (benchmarks/throughput.py).
 """
 
 from __future__ import annotations
@@ -583,6 +585,13 @@ def run_suite(
 
         rows, extra = cost_model.run(quick, seed, log=log)
         measure = extra["cost_model"]["measure"] or {}
+    elif suite.kind == "tuning":  # the tuning loop's throughput: benchmarks/throughput.py
+        from benchmarks import throughput
+
+        rows, extra = throughput.run(quick, seed, meter=metered(settings.quiet_wait_s), log=log)
+        for row in rows:
+            row["contended"] = is_contended(row["others_load"])
+        measure = extra["tuning"]["measure"]
     else:
         first_compile_ms = warm_up_llvm()
         cases = suite.build(quick)
@@ -591,16 +600,15 @@ def run_suite(
         else:
             rows, scaling = run_timed(cases, settings)
     run_after = cpu_snapshot()
-    if run_after is not None and extra.get("db", {}).get("postgres_cpu_s"):
-        # The local PostgreSQL server worked for this run: not another process.
-        run_after = dataclasses.replace(
-            run_after, own=run_after.own + extra["db"]["postgres_cpu_s"]
-        )
-    if run_after is not None and extra.get("cost_model", {}).get("children_cpu_s"):
-        # The measurement processes worked for this run: not other processes.
-        run_after = dataclasses.replace(
-            run_after, own=run_after.own + extra["cost_model"]["children_cpu_s"]
-        )
+    # The local PostgreSQL server, the measurement processes: they worked for
+    # this run, they are not other processes.
+    helped = (
+        extra.get("db", {}).get("postgres_cpu_s")
+        or extra.get("cost_model", {}).get("children_cpu_s")
+        or extra.get("tuning", {}).get("children_cpu_s")
+    )
+    if run_after is not None and helped:
+        run_after = dataclasses.replace(run_after, own=run_after.own + helped)
     result = {
         "format": FORMAT,
         "suite": suite.name,

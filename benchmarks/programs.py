@@ -126,8 +126,9 @@ class Suite:
 
     `kind` is ``timed`` (verify, then time against numpy), ``compile``
     (verify, then repeat the cold compile), ``db`` (no cases: the tuning
-    database's queries, benchmarks/db_queries.py) or ``cost_model`` (no
-    cases: the cost model's ranking quality, benchmarks/cost_model.py).
+    database's queries, benchmarks/db_queries.py), ``cost_model`` (no
+    cases: the cost model's ranking quality, benchmarks/cost_model.py) or
+    ``tuning`` (no cases: the tuning loop's throughput, benchmarks/throughput.py).
     """
 
     name: str
@@ -319,6 +320,13 @@ SUITES: dict[str, Suite] = {
             "candidates, held-out workloads",
             "cost_model",
             lambda quick: [],  # no kernels: benchmarks/cost_model.py measures and evaluates
+        ),
+        Suite(
+            "tuning",
+            "the tuning loop's throughput: candidates measured per second (replay, compile, "
+            "verify, time, record) by the local pool on every core and on one, small kernels",
+            "tuning",
+            lambda quick: [],  # no cases: benchmarks/throughput.py runs the loop itself
         ),
         Suite(
             "compile",

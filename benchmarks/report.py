@@ -16,7 +16,17 @@ BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
 HEADING = "## Results"
 README = Path(__file__).resolve().parent.parent / "README.md"
-SUITE_ORDER = ("default", "loopkinds", "compile", "gemm", "db", "cost_model", "tune", "tune_extras")
+SUITE_ORDER = (
+    "default",
+    "loopkinds",
+    "compile",
+    "gemm",
+    "db",
+    "tuning",
+    "cost_model",
+    "tune",
+    "tune_extras",
+)
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -213,6 +223,10 @@ def tables(result: dict[str, Any]) -> list[tuple[str | None, Table, str | None]]
         from benchmarks.cost_model import report_tables
 
         return report_tables(result, note)
+    if result["kind"] == "tuning":
+        from benchmarks.throughput import report_tables as tuning_tables
+
+        return tuning_tables(result, note)
     if result["kind"] == "tune":
         from benchmarks.tune import report_tables as tune_tables
 

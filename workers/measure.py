@@ -22,9 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codegen.kernel import compile_program
+from codegen.emit import emit_module
+from codegen.jit import compile_ir
+from codegen.kernel import Kernel
 from codegen.target import Target, llvm_version
 from ir.errors import LoomtuneError
+from ir.lower import lower
 from ir.node import walk
 from ir.program import Block, For, Program
 from ir.task import Task
@@ -91,19 +94,35 @@ class Measurer:
         return MeasureResult(status, (), message, self.worker, compile_ms, self.llvm_version)
 
     def measure(self, task: Task, target: Target, trace: Trace, config: MeasureConfig = TUNING_CONFIG) -> MeasureResult:
-        start = time.perf_counter()
+        """Replay, compile, run once and verify, then time; `extra` says where the time went.
+
+        An ok result's `extra` holds `number` (calls per repeat) and
+        `phases_ms`: `replay` (the trace applied), `lower`, `emit` (LLVM IR
+        text), `llvm` (optimise and JIT; `compile_ms` is these four),
+        `verify` (inputs and numpy's answers when the task is new to this
+        process, one run, the comparison) and `timing` (warm-up, calibration
+        and the repeats).
+        """
+        t0 = time.perf_counter()
         try:
             program = trace.apply(task.program).program
         except LoomtuneError as e:
             return self._fail("compile_error", f"the trace does not apply: {e}")
         fault = injected_fault(program)
+        t1 = time.perf_counter()
         try:
-            kernel = compile_program(program, target)
+            # compile_program's steps, one by one so each is timed
+            lowered = lower(program)
+            t2 = time.perf_counter()
+            text = emit_module(lowered, program.name, num_threads=target.num_threads, vector_bits=target.vector_bits)
+            t3 = time.perf_counter()
+            kernel = Kernel(program, lowered, compile_ir(text, target), program.name)
         except LoomtuneError as e:
             return self._fail("compile_error", str(e).splitlines()[0] if str(e) else type(e).__name__)
         except RecursionError:
             return self._fail("compile_error", "the program is nested too deeply to compile")
-        compile_ms = (time.perf_counter() - start) * 1e3
+        t4 = time.perf_counter()
+        compile_ms = (t4 - t0) * 1e3
         prepared = self.prepare(task, target.num_threads)
         outputs = empty_outputs(task.output_specs())
         try:
@@ -124,10 +143,12 @@ class Measurer:
         reason = verify(outputs, prepared.refs, task.output_names, task.reduction_length)
         if reason is not None:
             return self._fail("wrong_result", reason, compile_ms)
+        t5 = time.perf_counter()
         call = kernel.bind_call(*prepared.inputs, *outputs)
         timing = time_callable(call, config)
         if call() != 0:
             return self._fail("runtime_error", f"kernel {kernel.symbol} returned an error code while timed", compile_ms)
-        return MeasureResult(
-            "ok", timing.times_ms, "", self.worker, compile_ms, self.llvm_version, {"number": timing.number}
-        )
+        t6 = time.perf_counter()
+        phases = {"replay": t1 - t0, "lower": t2 - t1, "emit": t3 - t2, "llvm": t4 - t3, "verify": t5 - t4, "timing": t6 - t5}
+        extra = {"number": timing.number, "phases_ms": {k: v * 1e3 for k, v in phases.items()}}
+        return MeasureResult("ok", timing.times_ms, "", self.worker, compile_ms, self.llvm_version, extra)
