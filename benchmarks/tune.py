@@ -936,7 +936,11 @@ def run_and_write(
         "suite": suite or ("tune" if kwargs.get("main", True) else "tune_extras"),
         "kind": "tune",
         "description": "tuning to the best kernel: best-so-far per trial, tuning time, the final kernel "
-        "against numpy and PyTorch, 1 thread",
+        "against numpy and PyTorch, 1 thread"
+        if kwargs.get("main", True)
+        else "the tuning benchmark's extras on their own ("
+        + ", ".join(kwargs.get("extras") or ())
+        + "), 1 thread",
         "quick": bool(kwargs.get("quick")),
         "command": command,
         "seed": kwargs.get("seed", 0),
