@@ -20,6 +20,8 @@ import json
 import os
 import resource
 import sys
+import threading
+import time
 from dataclasses import asdict, fields
 from typing import Any, TextIO
 
@@ -52,22 +54,23 @@ def limit_address_space(extra_bytes: int) -> int:
     return limit
 
 
-def die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent dies (even by SIGKILL).
+def die_with_parent(interval_s: float = 0.5) -> None:
+    """Exit when the parent dies (even by SIGKILL), whatever this process is doing.
 
     A hung candidate would otherwise outlive a killed worker or tuner; stdin's
-    EOF only ends the loop between candidates.
+    EOF only ends the loop between candidates. (Linux's PR_SET_PDEATHSIG would
+    fire when the *thread* that started us ends, which kills processes a pool
+    starts from short-lived threads; a watchdog on the parent's pid does not.)
     """
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import signal
+    parent = os.getppid()
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() == 1:  # the parent died before the call above
-        os._exit(1)
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="loomtune-parent-watch", daemon=True).start()
 
 
 def config_from_json(data: dict[str, Any] | None) -> MeasureConfig:

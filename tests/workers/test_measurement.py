@@ -154,3 +154,20 @@ def test_a_measurement_process_dies_with_its_parent() -> None:
             break
         time.sleep(0.1)
     assert state in ("gone", "Z", "X"), state
+
+
+def test_a_process_started_by_a_thread_that_ended_lives_on() -> None:
+    import threading
+    import time
+
+    p = MeasureProcess()
+    t = threading.Thread(target=p.start)
+    t.start()
+    t.join()
+    time.sleep(1.0)
+    try:
+        assert p.proc is not None and p.proc.poll() is None
+        assert p.measure(TASK.spec(), TARGET.canonical(), _faulty("none").to_json()).ok
+        assert p.starts == 1
+    finally:
+        p.close()
