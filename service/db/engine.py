@@ -67,10 +67,14 @@ def make_engine(url: str | None = None, *, connect_args: dict[str, Any] | None =
 def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets readers go on while one process writes; the busy timeout makes
     # concurrent writers wait instead of failing; SQLite enforces foreign keys
-    # only when asked, per connection.
+    # only when asked, per connection. In WAL mode synchronous=NORMAL keeps the
+    # file consistent through any crash and skips the fsync per transaction
+    # (a record per measured candidate: ~6 ms each otherwise); only a power
+    # loss may forget the last transactions.
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
     finally:
