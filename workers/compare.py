@@ -32,11 +32,20 @@ class Comparison:
         return self.numpy.median_ms if self.numpy else None
 
 
+COMPARE_CONFIG = MeasureConfig(min_repeat_ms=100.0)
+"""Repeats of at least 100 ms: a repeat of one or two calls of a multi-threaded
+kernel measured up to 2x slow on this VM (vCPU wake-ups), several calls do not."""
+
+
+SETTLE_S = 0.2
+"""Pause before each repeat at several threads, for numpy's spinning BLAS threads to sleep."""
+
+
 def compare_with_numpy(
     kernel: Kernel, task: Task, *, threads: int = 1, config: MeasureConfig | None = None, seed: int = 0
 ) -> Comparison:
     """Verify `kernel` on seeded inputs; time it and numpy only if it is correct."""
-    config = config or MeasureConfig()
+    config = config or COMPARE_CONFIG
     inputs = task.make_inputs(seed)
     outputs = empty_outputs(task.output_specs())
     kernel(*inputs, *outputs)
@@ -47,5 +56,6 @@ def compare_with_numpy(
         return Comparison(False, reason, None, None)
     call = kernel.bind_call(*inputs, *outputs)
     with limit_numpy_threads(threads):
-        k_time, np_time = time_interleaved([call, lambda: task.reference(inputs)], config)
+        pause = SETTLE_S if threads > 1 else 0.0
+        k_time, np_time = time_interleaved([call, lambda: task.reference(inputs)], config, pause_s=pause)
     return Comparison(True, None, k_time, np_time)

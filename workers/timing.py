@@ -179,13 +179,19 @@ def time_callable(fn: Callable[[], object], config: MeasureConfig) -> Timing:
     return Timing(times_ms=times, number=number)
 
 
-def time_interleaved(fns: Sequence[Callable[[], object]], config: MeasureConfig) -> list[Timing]:
+def time_interleaved(
+    fns: Sequence[Callable[[], object]], config: MeasureConfig, *, pause_s: float = 0.0
+) -> list[Timing]:
     """Time several callables with their repeats interleaved.
 
     Each callable is warmed up and calibrated on its own (each gets its own
     `number`); then repeats alternate fn0, fn1, ..., fn0, fn1, ... so that a
     slow phase of the machine (frequency scaling, a noisy neighbour) lands on
     all of them alike. This is how a kernel is compared with numpy in one run.
+
+    `pause_s` (untimed) goes before every repeat: OpenBLAS's worker threads
+    spin for a while after a call and would steal the cores of a
+    multi-threaded kernel timed right after numpy.
     """
     numbers: list[int] = []
     for fn in fns:
@@ -194,5 +200,7 @@ def time_interleaved(fns: Sequence[Callable[[], object]], config: MeasureConfig)
     samples: list[list[float]] = [[] for _ in fns]
     for _ in range(config.repeat):
         for i, fn in enumerate(fns):
+            if pause_s > 0:
+                time.sleep(pause_s)
             samples[i].append(_sample_ms(fn, numbers[i], config.flush_cache))
     return [Timing(times_ms=tuple(s), number=n) for s, n in zip(samples, numbers)]
