@@ -260,7 +260,8 @@ def submit_results(session: Session, worker: m.Worker, results: Sequence[Result]
         per_job[c.job_id] = per_job.get(c.job_id, 0) + 1
     if rows:
         # The trace already measured for this workload and target (by another job): keep the first.
-        session.execute(_insert(session, m.Record).values(rows).on_conflict_do_nothing())
+        # executemany form: compiled once and cached (a VALUES list of varying length is not)
+        session.execute(_insert(session, m.Record).on_conflict_do_nothing(), rows)
         table = m.Candidate.__table__
         session.execute(
             update(table)
