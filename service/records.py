@@ -12,30 +12,8 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from service.db import models as m
-from service.db.session import as_utc
+from service.db.store import to_tuning_record
 from tuner.database import TuningRecord
-
-
-def to_tuning_record(rec: m.Record, wl: m.Workload, canonical: str) -> TuningRecord:
-    return TuningRecord(
-        record_id=rec.record_id,
-        workload_key=rec.workload_key,
-        op=wl.op,
-        params=wl.params,
-        definition=wl.definition,
-        target=canonical,
-        trace=rec.trace,
-        trace_hash=rec.trace_hash,
-        run_times_ms=tuple(rec.run_times),
-        median_ms=rec.median_ms,
-        status=rec.status,
-        message=rec.message,
-        worker=rec.worker,
-        loomtune_version=rec.loomtune_version,
-        llvm_version=rec.llvm_version,
-        measured_at=as_utc(rec.measured_at),
-        job_id=rec.job_id,
-    )
 
 
 def _select() -> Select[Any]:

@@ -11,7 +11,7 @@ repeated imports never duplicate.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine, Select, and_, or_, select
@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import models as m
+from service.db.session import as_utc
 from tuner.database import DatabaseError, TuningRecord, utc_now
 
 
@@ -44,8 +45,27 @@ def _parse_target(canonical: str) -> tuple[str, list[str], int]:
     return target.cpu, list(target.features), target.num_threads
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+def to_tuning_record(rec: m.Record, wl: m.Workload, canonical: str) -> TuningRecord:
+    """A records row (with its workload and canonical target) as the tuner's record."""
+    return TuningRecord(
+        record_id=rec.record_id,
+        workload_key=rec.workload_key,
+        op=wl.op,
+        params=wl.params,
+        definition=wl.definition,
+        target=canonical,
+        trace=rec.trace,
+        trace_hash=rec.trace_hash,
+        run_times_ms=tuple(rec.run_times),
+        median_ms=rec.median_ms,
+        status=rec.status,
+        message=rec.message,
+        worker=rec.worker,
+        loomtune_version=rec.loomtune_version,
+        llvm_version=rec.llvm_version,
+        measured_at=as_utc(rec.measured_at),
+        job_id=rec.job_id,
+    )
 
 
 class SQLDatabase:
@@ -145,28 +165,7 @@ class SQLDatabase:
     def _records(self, query: Select[Any]) -> list[TuningRecord]:
         with self.sessions() as session:
             rows = session.execute(query).all()
-        return [
-            TuningRecord(
-                record_id=rec.record_id,
-                workload_key=rec.workload_key,
-                op=wl.op,
-                params=wl.params,
-                definition=wl.definition,
-                target=canonical,
-                trace=rec.trace,
-                trace_hash=rec.trace_hash,
-                run_times_ms=tuple(rec.run_times),
-                median_ms=rec.median_ms,
-                status=rec.status,
-                message=rec.message,
-                worker=rec.worker,
-                loomtune_version=rec.loomtune_version,
-                llvm_version=rec.llvm_version,
-                measured_at=_utc(rec.measured_at),
-                job_id=rec.job_id,
-            )
-            for rec, wl, canonical in rows
-        ]
+        return [to_tuning_record(rec, wl, canonical) for rec, wl, canonical in rows]
 
     def _lookup_target(self, target: str) -> int | None:
         with self.sessions() as session:
