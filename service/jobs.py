@@ -231,18 +231,7 @@ def cancel_job(session: Session, job_id: int, caller: Caller) -> m.Job:
         return job
     if job.status in FINISHED:
         raise Conflict(f"job {job_id} already {job.status}")
-    now = utc_now()
-    job.status = "cancelled"
-    job.finished_at = now
-    job.updated_at = now
-    job.runner = None
-    job.runner_expires_at = None
-    session.execute(
-        update(m.Candidate)
-        .where(m.Candidate.job_id == job_id, m.Candidate.status.in_(("pending", "leased")))
-        .values(status="cancelled", lease_expires_at=None)
-    )
-    session.flush()
+    _end(session, job, "cancelled", job.error)
     return job
 
 
@@ -472,6 +461,12 @@ def finish_job(session: Session, job_id: int, runner: str, status: str, error: s
     job = session.scalar(select(m.Job).where(m.Job.id == job_id).with_for_update())
     if job is None or job.status != "running" or job.runner != runner:
         return False
+    _end(session, job, status, error)
+    return True
+
+
+def _end(session: Session, job: m.Job, status: str, error: str | None) -> None:
+    """A job ends: no runner holds it, and its candidates not yet measured are withdrawn."""
     now = utc_now()
     job.status = status
     job.error = error
@@ -481,11 +476,10 @@ def finish_job(session: Session, job_id: int, runner: str, status: str, error: s
     job.runner_expires_at = None
     session.execute(
         update(m.Candidate)
-        .where(m.Candidate.job_id == job_id, m.Candidate.status.in_(("pending", "leased")))
+        .where(m.Candidate.job_id == job.id, m.Candidate.status.in_(("pending", "leased")))
         .values(status="cancelled", lease_expires_at=None)
     )
     session.flush()
-    return True
 
 
 def job_times(job: m.Job) -> tuple[datetime, datetime, datetime | None]:
