@@ -18,15 +18,12 @@ import shutil
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import text
 
 from codegen.target import Target
 from ir.task import library_task
-from service.db.engine import make_engine
 from tests.e2e.cluster import (
     ROOT,
     Coordinator,
@@ -40,7 +37,7 @@ from tests.e2e.cluster import (
     free_port,
     sample_traces,
 )
-from tests.service.api.apikit import PG_URL, pg_url_for, require_postgresql
+from tests.service.api.apikit import fresh_pg_schema, pg_url_for
 
 TASK = library_task("matmul", {"m": 16, "n": 16, "k": 16})
 LEASE_SECONDS = "3"
@@ -48,17 +45,7 @@ SETTINGS = {"LOOMTUNE_LEASE_SECONDS": LEASE_SECONDS, "LOOMTUNE_HEARTBEAT_SECONDS
 
 
 def _schema() -> Iterator[str]:
-    require_postgresql()
-    schema = f"loomtune_e2e_{uuid.uuid4().hex[:12]}"
-    admin = make_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield schema
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    yield from fresh_pg_schema("loomtune_e2e")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -51,6 +52,21 @@ def require_postgresql() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+
+
+def fresh_pg_schema(prefix: str = "loomtune_test") -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema (its name), dropped afterwards: iterate it once."""
+    require_postgresql()
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = make_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield schema
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
 
 
 def pg_url_for(schema: str) -> str:

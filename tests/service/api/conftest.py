@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import text
 
-from service.db.engine import make_engine
-from tests.service.api.apikit import PG_URL, Api, make_api, pg_url_for, require_postgresql
+from tests.service.api.apikit import Api, fresh_pg_schema, make_api, pg_url_for
 
 
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
     """A fresh, empty PostgreSQL schema, dropped afterwards."""
-    require_postgresql()
-    schema = f"loomtune_api_{uuid.uuid4().hex[:12]}"
-    admin = make_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield schema
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    yield from fresh_pg_schema("loomtune_api")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
