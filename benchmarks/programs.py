@@ -257,14 +257,20 @@ GEMM_SPEEDUP_GOAL = 1.7
 
 
 def _gemm_cases(quick: bool) -> list[Case]:
+    import importlib.util
     from pathlib import Path
 
+    from codegen.target import Target
     from tuner.trace.file import TraceFile
 
     examples = Path(__file__).resolve().parent.parent / "examples"
+    spec = importlib.util.spec_from_file_location("gemm_traces", examples / "gemm_traces.py")
+    assert spec is not None and spec.loader is not None
+    gemm_traces = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gemm_traces)
     n = 192 if quick else 1024
     cases = []
-    for name, threads in (("matmul_1024.trace.json", 1), ("matmul_1024_parallel.trace.json", 2)):
+    for name, threads in gemm_traces.trace_files(Target.host().vector_bits):
         trace_file = TraceFile.load(examples / name)
         task = trace_file.task({"m": str(n), "n": str(n), "k": str(n)})
         program = trace_file.trace.apply(task.program, repair=True).program

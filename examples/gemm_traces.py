@@ -7,9 +7,12 @@ The schedule: B packed into column panels inside the kernel; for each panel
 while k runs in blocks of 256; the tile is zeroed before and written back after.
 The parallel variant splits the panels (and the packing) over the threads.
 
-The register tile follows the host's vectors (`register_tile`): with AVX-512,
-12 rows x 32 columns (24 zmm accumulators of the 32), B in 32-wide panels;
-with AVX2, 6 x 16 (12 of the 16 ymm), B in 16-wide panels.
+The register tile follows the vectors (`register_tile`): with AVX2, 6 x 16
+(12 of the 16 ymm), B in 16-wide panels; with AVX-512, 12 rows x 32 columns
+(24 zmm accumulators of the 32), B in 32-wide panels. A trace fixes its tile,
+so there is one pair of files per vector width: `matmul_1024*.trace.json`
+(AVX2, runs on every x86-64-v3 machine) and `matmul_1024_avx512*.trace.json`;
+`trace_files(vector_bits)` names the pair a host should use.
 """
 
 from __future__ import annotations
@@ -53,16 +56,21 @@ def gemm_schedule(sch: TracedSchedule, *, parallel: bool, rows: int = 6, panel: 
         sch.parallel(sch.get_loops(pack)[0])
 
 
-def main() -> None:
-    from codegen.target import Target
+def trace_files(vector_bits: int) -> tuple[tuple[str, int], tuple[str, int]]:
+    """The (file name, threads) pair of traces written for `vector_bits`-wide vectors."""
+    suffix = "_avx512" if vector_bits >= 512 else ""
+    return (f"matmul_1024{suffix}.trace.json", 1), (f"matmul_1024{suffix}_parallel.trace.json", 2)
 
-    rows, panel = register_tile(Target.host().vector_bits)
+
+def main() -> None:
     task = library_task("matmul", {"m": 1024, "n": 1024, "k": 1024})
-    for name, threads in (("matmul_1024.trace.json", 1), ("matmul_1024_parallel.trace.json", 2)):
-        sch = TracedSchedule(task.program)
-        gemm_schedule(sch, parallel=threads > 1, rows=rows, panel=panel)
-        TraceFile.for_task(task, f"host -num-threads={threads}", sch.trace).save(HERE / name)
-        print(f"wrote {HERE / name} ({rows}x{panel} register tile)")
+    for vector_bits in (256, 512):
+        rows, panel = register_tile(vector_bits)
+        for name, threads in trace_files(vector_bits):
+            sch = TracedSchedule(task.program)
+            gemm_schedule(sch, parallel=threads > 1, rows=rows, panel=panel)
+            TraceFile.for_task(task, f"host -num-threads={threads}", sch.trace).save(HERE / name)
+            print(f"wrote {HERE / name} ({rows}x{panel} register tile)")
 
 
 if __name__ == "__main__":

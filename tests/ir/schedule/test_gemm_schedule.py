@@ -46,7 +46,10 @@ def test_hand_written_gemm_is_correct(n: int) -> None:
     assert_correct(task, sch.program, threads=2)
 
 
-@pytest.mark.parametrize("name", ["matmul_1024.trace.json", "matmul_1024_parallel.trace.json"])
+@pytest.mark.parametrize(
+    "name",
+    ["matmul_1024.trace.json", "matmul_1024_parallel.trace.json", "matmul_1024_avx512.trace.json", "matmul_1024_avx512_parallel.trace.json"],
+)
 def test_gemm_traces_apply_to_1000_with_repair(name: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "service.cli", "apply", str(ROOT / "examples" / name), "m=1000", "n=1000", "k=1000", "--repair", "--json"],
