@@ -76,7 +76,30 @@ def _parser() -> argparse.ArgumentParser:
         "curves); suite tune_extras",
     )
     tune.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
-    tune.add_argument("--with-tvm", action="store_true", help="TVM MetaSchedule (not implemented)")
+    tune.add_argument(
+        "--with-tvm",
+        action="store_true",
+        help="TVM MetaSchedule on the same workloads and budget, its best kernel timed beside "
+        "ours (needs the bench extra; tuned records cached, see --tvm-cache)",
+    )
+    tune.add_argument(
+        "--tvm-cache",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="TVM's tuned records (default benchmarks/.tvm_cache): a cached run is re-timed, "
+        "not re-tuned",
+    )
+    tune.add_argument(
+        "--tvm-time-limit",
+        type=float,
+        default=None,
+        metavar="S",
+        help="most seconds of TVM tuning per workload (default 900)",
+    )
+    tune.add_argument(
+        "--tvm-retune", action="store_true", help="tune with TVM again even when cached"
+    )
     tune.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test")
     tune.add_argument("--out", type=Path, default=None, help="result folder")
     tune.add_argument("--seed", type=int, default=0)
@@ -131,8 +154,13 @@ def _tune(args: argparse.Namespace, command: str) -> int:
     from benchmarks import harness, report, tune
 
     if args.with_tvm:
-        print("--with-tvm: TVM MetaSchedule is not wired into this benchmark yet", file=sys.stderr)
-        return 2
+        from benchmarks import tvm_ref
+
+        try:
+            tvm_ref.require_tvm()
+        except tvm_ref.TVMMissing as error:
+            print(error, file=sys.stderr)
+            return 2
     extras = [e for e in args.extras.split(",") if e]
     unknown = sorted(set(extras) - set(tune.EXTRAS))
     if unknown:
@@ -157,6 +185,10 @@ def _tune(args: argparse.Namespace, command: str) -> int:
         main=not args.no_main,
         evo_seeds=args.evo_seeds,
         suite=args.suite_name,
+        with_tvm=args.with_tvm,
+        tvm_cache_dir=args.tvm_cache,
+        tvm_time_limit_s=args.tvm_time_limit,
+        tvm_retune=args.tvm_retune,
     )
     for caption, table, note in tune.report_tables(result):
         if caption:

@@ -96,6 +96,17 @@ def short_name(w: Workload) -> str:
     return w.name.split()[0]
 
 
+def select(*, quick: bool = False, only: Sequence[str] | None = None) -> list[Workload]:
+    """The suite (or the quick suite), restricted to the names in `only` (short or full)."""
+    workloads = list(QUICK_SUITE if quick else SUITE)
+    if only:
+        wanted = {name.strip().lower() for name in only}
+        workloads = [
+            w for w in workloads if short_name(w).lower() in wanted or w.name.lower() in wanted
+        ]
+    return workloads
+
+
 # -- PyTorch -------------------------------------------------------------------------
 
 
@@ -171,10 +182,20 @@ def torch_call(
 # -- the final comparison ----------------------------------------------------------------
 
 
+# Builds TVM's best kernel on the given inputs (benchmarks.tvm_ref.best_kernel with the
+# workload bound); None when TVM has no correct record to compile.
+TVMFactory = Callable[[Sequence[np.ndarray], Sequence[tuple[tuple[int, ...], Any]]], Any]
+
+
 def compare(
-    kernel: Kernel, task: Task, config: MeasureConfig, seed: int = 0, with_torch: bool = True
+    kernel: Kernel,
+    task: Task,
+    config: MeasureConfig,
+    seed: int = 0,
+    with_torch: bool = True,
+    tvm: TVMFactory | None = None,
 ) -> dict[str, Any]:
-    """Verify the kernel (and PyTorch); time kernel, numpy and PyTorch in one interleaved call."""
+    """Verify the kernel (PyTorch, TVM); time them and numpy in one interleaved call."""
     inputs = task.make_inputs(seed)
     outputs = empty_outputs(task.output_specs())
     kernel(*inputs, *outputs)
@@ -188,6 +209,7 @@ def compare(
         kernel.bind_call(*inputs, *outputs),
         lambda: task.reference(inputs),
     ]
+    names = ["loomtune", "numpy"]
     torch_fn = torch_call(task, inputs) if with_torch else None
     if torch_fn is not None:
         call, result = torch_fn
@@ -195,18 +217,36 @@ def compare(
         torch_wrong = verify(result(), refs, task.output_names, task.reduction_length)
         if torch_wrong is None:
             fns.append(call)
+            names.append("torch")
         else:  # say so rather than time a different computation
             out["torch_message"] = torch_wrong
+    if tvm is not None:
+        tvm_kernel = tvm(inputs, task.output_specs())
+        if tvm_kernel is None:
+            out["tvm_message"] = "TVM's database holds no successful record to compile"
+        else:
+            tvm_kernel.reset()  # NaN outputs: a kernel that writes nothing cannot pass
+            tvm_kernel.call()
+            tvm_wrong = verify(tvm_kernel.outputs(), refs, task.output_names, task.reduction_length)
+            out["tvm_message"] = tvm_wrong
+            if tvm_wrong is None:
+                fns.append(tvm_kernel.call)
+                names.append("tvm")
     with limit_numpy_threads(1):
-        timings = time_interleaved(fns, config)
-    out["loomtune"], out["numpy"] = _timing(timings[0]), _timing(timings[1])
-    out["torch"] = _timing(timings[2]) if len(timings) > 2 else None
-    latency = timings[0].median_ms
+        timings = dict(zip(names, time_interleaved(fns, config)))
+    latency = timings["loomtune"].median_ms
+    for name in ("loomtune", "numpy", "torch", "tvm"):
+        out[name] = _timing(timings[name]) if name in timings else None
     out["latency_ms"] = latency
-    out["numpy_ms"] = timings[1].median_ms
-    out["torch_ms"] = timings[2].median_ms if len(timings) > 2 else None
+    out["numpy_ms"] = timings["numpy"].median_ms
+    out["torch_ms"] = timings["torch"].median_ms if "torch" in timings else None
     out["ratio_numpy"] = out["numpy_ms"] / latency
     out["ratio_torch"] = out["torch_ms"] / latency if out["torch_ms"] else None
+    if tvm is not None:
+        tvm_ms = timings["tvm"].median_ms if "tvm" in timings else None
+        out["tvm_ms"] = tvm_ms
+        out["ratio_tvm"] = tvm_ms / latency if tvm_ms else None  # > 1: loomtune faster
+        out["tvm_ratio_numpy"] = out["numpy_ms"] / tvm_ms if tvm_ms else None
     out["gflops"] = gflops(task.flops, latency) if task.flops else None
     return out
 
@@ -259,6 +299,7 @@ def tune_one(
     label: str,
     final: bool = True,
     seed: int | None = None,
+    tvm: TVMFactory | None = None,
 ) -> dict[str, Any]:
     """Tune `task` in the database `db_file`; the row (curve, times, final comparison)."""
     from benchmarks import harness
@@ -335,7 +376,7 @@ def tune_one(
         f"({row['candidates_per_s'] or 0:.2f}/s), best while tuning {row['best_tuning_ms']} ms"
     )
     if final:
-        row.update(final_comparison(ctx, task, outcome.kernel))
+        row.update(final_comparison(ctx, task, outcome.kernel, tvm))
     return row
 
 
@@ -345,16 +386,19 @@ def _add_own(snapshot: Any, seconds: float) -> Any:
     return dataclasses.replace(snapshot, own=snapshot.own + seconds)
 
 
-def final_comparison(ctx: Context, task: Task, kernel: Kernel | None) -> dict[str, Any]:
+def final_comparison(
+    ctx: Context, task: Task, kernel: Kernel | None, tvm: TVMFactory | None = None
+) -> dict[str, Any]:
     from benchmarks import harness
 
     if kernel is None:
         return {"correct": False, "message": "no correct candidate", "latency_ms": None, "numpy_ms": None,
-                "torch_ms": None, "ratio_numpy": None, "ratio_torch": None, "others_load": None, "contended": False}  # fmt: skip
+                "torch_ms": None, "ratio_numpy": None, "ratio_torch": None, "others_load": None, "contended": False,
+                **({"tvm_ms": None, "ratio_tvm": None, "tvm_ratio_numpy": None, "tvm_message": None} if tvm else {})}  # fmt: skip
     if ctx.quiet_wait_s > 0:
         harness.wait_until_quiet(ctx.quiet_wait_s)
     before = harness.cpu_snapshot()
-    out = compare(kernel, task, ctx.measure, ctx.seed, ctx.with_torch)
+    out = compare(kernel, task, ctx.measure, ctx.seed, ctx.with_torch, tvm)
     load = harness.others_load(before, harness.cpu_snapshot())
     out.setdefault("latency_ms", None)
     out.setdefault("numpy_ms", None)
@@ -365,6 +409,12 @@ def final_comparison(ctx: Context, task: Task, kernel: Kernel | None) -> dict[st
     out["contended"] = harness.is_contended(load)
     if out["correct"]:
         torch_text = f", torch {out['torch_ms']:.3f} ms" if out["torch_ms"] else ""
+        if tvm is not None:
+            torch_text += (
+                f", TVM {out['tvm_ms']:.3f} ms"
+                if out.get("tvm_ms")
+                else f", TVM: {out.get('tvm_message')}"
+            )
         ctx.log(
             f"    final: loomtune {out['latency_ms']:.3f} ms, numpy {out['numpy_ms']:.3f} ms "
             f"({out['ratio_numpy']:.2f}×){torch_text}{' (contended)' if out['contended'] else ''}"
@@ -535,19 +585,20 @@ def run(
     with_torch: bool = True,
     main: bool = True,
     evo_seeds: int = 1,
+    with_tvm: bool = False,
+    tvm_cache_dir: Path | None = None,
+    tvm_time_limit_s: float | None = None,
+    tvm_retune: bool = False,
     log: Callable[[str], None] = print,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows (one per workload) and ``{"tune": ...}`` with the extras and the settings.
 
     Without `main` the workloads are not tuned one by one (no rows): only the
-    extras that need no main run (``scheduler``) run.
+    extras that need no main run (``scheduler``) run. With `with_tvm`, TVM
+    MetaSchedule tunes each workload first (or its cached records are used,
+    ``benchmarks.tvm_ref``) and its best kernel joins the final timing.
     """
-    workloads = list(QUICK_SUITE if quick else SUITE)
-    if only:
-        wanted = {name.lower() for name in only}
-        workloads = [
-            w for w in workloads if short_name(w).lower() in wanted or w.name.lower() in wanted
-        ]
+    workloads = select(quick=quick, only=only)
     measure = (
         MeasureConfig(warmup=1, repeat=3, min_repeat_ms=5.0)
         if quick
@@ -568,6 +619,16 @@ def run(
         "extras": {},
         "not_done": [e for e in EXTRAS if e not in extras],
     }
+    if with_tvm and main:
+        from benchmarks import tvm_ref
+
+        extra["tvm"] = {
+            "versions": tvm_ref.require_tvm(),
+            "target": tvm_ref.host_target(),
+            "cache_dir": _shown_path(tvm_cache_dir or tvm_ref.CACHE_DIR),
+            "time_limit_s": tvm_time_limit_s or tvm_ref.DEFAULT_TIME_LIMIT_S,
+            "retune": tvm_retune,
+        }
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="loomtune-tune-") as tmp:
         ctx = Context(Path(tmp), seed, quiet_wait_s, measure, log, with_torch)
@@ -575,11 +636,20 @@ def run(
         for w in workloads if main else ():
             task = w.task()
             db_files[w.name] = ctx.folder / f"{len(db_files)}-{task.op}.sqlite"
+            tvm_meta, tvm_factory = None, None
+            if extra["tvm"] is not None:
+                tvm_meta, tvm_factory = tvm_reference(
+                    w, trials, seed, extra["tvm"], tvm_cache_dir, tvm_retune, log
+                )
             log(f"tuning {w.name} ({trials} trials)")
             row = tune_one(
-                ctx, task, trials=trials, strategy=strategy, db_file=db_files[w.name], label=w.name
-            )
+                ctx, task, trials=trials, strategy=strategy, db_file=db_files[w.name], label=w.name,
+                tvm=tvm_factory,
+            )  # fmt: skip
             row["weight"] = w.weight
+            if tvm_meta is not None:
+                row["tvm"] = tvm_row(tvm_meta, trials)
+                row["tvm_goal"] = tvm_goal(row)
             rows.append(row)
         if "evo_replay" in extras and workloads:
             first = next((w for w in workloads if w.op == "matmul"), workloads[0])
@@ -602,6 +672,76 @@ def run(
             log("task scheduler over the workloads")
             extra["extras"]["scheduler"] = scheduler(ctx, workloads, 4 if quick else 128)
     return rows, {"tune": extra}
+
+
+# -- TVM MetaSchedule beside loomtune -------------------------------------------------------
+
+
+def _shown_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path(__file__).resolve().parent.parent))
+    except ValueError:
+        return str(path)
+
+
+def tvm_reference(
+    w: Workload,
+    trials: int,
+    seed: int,
+    settings: dict[str, Any],
+    cache_dir: Path | None,
+    retune: bool,
+    log: Callable[[str], None],
+) -> tuple[dict[str, Any], TVMFactory]:
+    """TVM's tuning of `w` (now, or its cached run) and a factory of its best kernel."""
+    import functools
+
+    from benchmarks import tvm_ref
+
+    log(f"TVM MetaSchedule on {w.name} ({trials} trials)")
+    meta, folder = tvm_ref.tune_cached(
+        w.op, w.params, trials=trials, seed=seed, time_limit_s=settings["time_limit_s"],
+        cache_dir=cache_dir or tvm_ref.CACHE_DIR, retune=retune, log=log,
+    )  # fmt: skip
+    if meta["cached"]:
+        log(
+            f"  TVM: cached run of {meta['tuned_utc']}: {meta['trials_done']} trials in {meta['tune_s']:.0f} s"
+        )
+    meta = {**meta, "folder": _shown_path(folder)}
+    return meta, functools.partial(tvm_ref.best_kernel, folder, w.op, w.params, meta["target"])
+
+
+def tvm_row(meta: dict[str, Any], trials: int) -> dict[str, Any]:
+    """What a row says about TVM's tuning: curve, times, and whether it came from the cache."""
+    history = meta["history_ms"]
+    keep = ("cached", "tuned_utc", "tune_s", "trials", "trials_done", "stop_reason", "history_ms",
+            "trial_times_s", "best_tuning_ms", "statuses", "first_error", "folder", "key", "versions",
+            "target", "time_limit_s", "tuning_others_load", "tuning_contended")  # fmt: skip
+    out = {k: meta.get(k) for k in keep}
+    out["checkpoints_ms"] = {
+        str(c): history[c - 1] if len(history) >= c else None for c in checkpoints(trials)
+    }
+    return out
+
+
+def tvm_goal(row: dict[str, Any]) -> dict[str, Any] | None:
+    """Issue 13's goal against TVM: a faster final kernel in at most half TVM's tuning time.
+
+    None when there is nothing to compare (no correct kernel on either side).
+    """
+    tvm_ms, ours = row.get("tvm_ms"), row.get("latency_ms")
+    if tvm_ms is None or ours is None:
+        return None
+    tvm_s = row["tvm"]["tune_s"]
+    faster = ours < tvm_ms
+    half = row["tune_s"] <= 0.5 * tvm_s
+    return {
+        "faster": faster,
+        "half_time": half,
+        "met": faster and half,
+        "speedup": tvm_ms / ours,
+        "time_share": row["tune_s"] / tvm_s if tvm_s else None,
+    }
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -666,6 +806,8 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     ]
     if tune.get("torch"):
         headers += ["torch ms", "× torch"]
+    if tune.get("tvm"):
+        headers += ["TVM ms", "TVM × numpy", "TVM tuning s", "vs TVM: faster in ≤ ½ its time"]
     headers += ["correct", "issue 13 goal"]
     rows = []
     for r in result["rows"]:
@@ -680,10 +822,107 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         ]
         if tune.get("torch"):
             cells += [fmt(r["torch_ms"]), fmt(r["ratio_torch"])]
+        if tune.get("tvm"):
+            t = r.get("tvm") or {}
+            tvm_s = "–" if t.get("tune_s") is None else f"{t['tune_s']:.0f}"
+            if t.get("tune_s") is not None and t.get("stop_reason", "budget") != "budget":
+                tvm_s += " (stopped)"
+            cells += [fmt(r.get("tvm_ms")), fmt(r.get("tvm_ratio_numpy")), tvm_s, tvm_goal_cell(r)]
         cells.append("yes" if r["correct"] else "**no**")
         cells.append(goal_cell(r))
         rows.append(cells)
     return headers, rows
+
+
+def tvm_goal_cell(row: dict[str, Any]) -> str:
+    """A verdict such as "1.23× faster, 41% of its time: met", or why there is none."""
+    goal = row.get("tvm_goal")
+    if goal is None:
+        if row.get("tvm") is None:
+            return "–"
+        return "– (no correct TVM kernel)" if row.get("correct") else "– (no loomtune kernel)"
+    speed = f"{goal['speedup']:.2f}× {'faster' if goal['faster'] else 'slower'}"
+    share = "–" if goal["time_share"] is None else f"{goal['time_share']:.0%} of its time"
+    return f"{speed}, {share}: {'met' if goal['met'] else 'not met'}"
+
+
+def tvm_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    """TVM's own curve and provenance, one row per workload (None without TVM)."""
+    tune = result["tune"]
+    if not tune.get("tvm"):
+        return None
+    checkpoints = tune["checkpoints"]
+    headers = ["workload", *[f"TVM best @{c} ms" for c in checkpoints], "trials", "tuning s",
+               "stopped by", "tuned (UTC)"]  # fmt: skip
+    rows = []
+    for r in result["rows"]:
+        t = r.get("tvm")
+        if t is None:
+            continue
+        when = t["tuned_utc"].replace("T", " ").removesuffix("Z")
+        when += " (cached run)" if t["cached"] else " (this run)"
+        if t.get("tuning_contended"):
+            when += " †"
+        rows.append([
+            r["case"],
+            *[fmt(t["checkpoints_ms"].get(str(c))) for c in checkpoints],
+            str(t["trials_done"]),
+            f"{t['tune_s']:.0f}",
+            t["stop_reason"],
+            when,
+        ])  # fmt: skip
+    return headers, rows
+
+
+def tvm_note(result: dict[str, Any]) -> str:
+    tvm = result["tune"]["tvm"]
+    v = tvm["versions"]
+    rows = [r for r in result["rows"] if r.get("tvm")]
+    cached = [r["case"] for r in rows if r["tvm"]["cached"]]
+    parts = [
+        f"TVM MetaSchedule (apache-tvm {v.get('apache-tvm')}, tvm-ffi {v.get('apache-tvm-ffi')}) on the same "
+        f"workloads (same shapes, layouts and float32; TE definitions in `benchmarks/tvm_ref.py`), "
+        f"{result['tune']['trials']} trials each, `tune_tir` with its defaults (evolutionary search, XGBoost, "
+        "64 candidates per round, local builder and runner: number 3, repeat 1, min_repeat_ms 100) but a "
+        "build function without the tensor-intrinsics import; target "
+        f"`{json.dumps(tvm['target'])}`, TVM_NUM_THREADS=1; a limit of {tvm['time_limit_s']:.0f} s of tuning "
+        "per workload. TVM's best kernel was verified against numpy and timed in the same interleaved call "
+        "as loomtune, numpy and PyTorch (TVM ms, TVM × numpy = numpy ms / TVM ms). TVM tuning s: "
+        "`tune_tir`'s wall time, without the child process's start and imports (~35 s for the tensor "
+        "intrinsics TuneContext loads); `TVM best @N`: the best-so-far median as its runner measured it. "
+        "vs TVM: TVM ms / loomtune ms and loomtune's tuning time as a share of TVM's; the goal is met "
+        "where loomtune is faster in at most half the time."
+    ]
+    if cached:
+        dates = sorted({r["tvm"]["tuned_utc"] for r in rows if r["tvm"]["cached"]})
+        parts.append(
+            "TVM's tuning (its time and curve) comes from a cached earlier run on this machine "
+            f"({dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "") + ", "
+            f"`{tvm['cache_dir']}`) for: "
+            + ", ".join(cached)
+            + "; its kernels were re-timed in this run."
+        )
+    stopped = [f"{r['case']} ({r['tvm']['trials_done']} trials, {r['tvm']['stop_reason']})"
+               for r in rows if r["tvm"]["stop_reason"] != "budget"]  # fmt: skip
+    if stopped:
+        parts.append("TVM stopped before its budget: " + "; ".join(stopped) + ".")
+    missing = [r["case"] for r in rows if r.get("correct") and r.get("tvm_ms") is None]
+    if missing:
+        parts.append("No correct TVM kernel to time: " + ", ".join(missing) + ".")
+    flagged = [r["case"] for r in rows if r["tvm"].get("tuning_contended")]
+    if flagged:
+        parts.append(
+            "† Other processes used > 10% of the CPUs while TVM tuned " + ", ".join(flagged) + "."
+        )
+    goals = [r.get("tvm_goal") for r in rows]
+    if goals and all(g is not None for g in goals):
+        met = sum(g["met"] for g in goals)
+        parts.append(
+            f"Goal against TVM met on {met} of {len(goals)} workloads"
+            + ("." if met == len(goals) else ": not there yet on "
+               + ", ".join(r["case"] for r, g in zip(rows, goals) if not g["met"]) + ".")
+        )  # fmt: skip
+    return " ".join(parts)
 
 
 def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
@@ -744,7 +983,7 @@ def note(result: dict[str, Any]) -> str:
         parts.append("PyTorch was not installed: no PyTorch column.")
     if tune.get("tvm") is None:
         parts.append(
-            "TVM MetaSchedule was not run beside loomtune (`--with-tvm` is not implemented yet): "
+            "TVM MetaSchedule was not run beside loomtune (`--with-tvm` not given): "
             "no TVM column. For orientation only (another machine, not this run): issue 13 quotes "
             "TVM 0.27 at 256 trials on a 2-core Sapphire Rapids VM at 0.67× numpy on matmul 1024³ "
             "(693 s of tuning), 1.17× on dense+bias+relu (391 s), 2.5× numpy's im2col on conv2d "
@@ -777,6 +1016,9 @@ def report_tables(
         out.append(
             (None, main_table(result), "\n\n".join(n for n in (note(result), footnote) if n))
         )
+        tt = tvm_table(result)
+        if tt is not None:
+            out.append(("TVM MetaSchedule's tuning, beside loomtune's:", tt, tvm_note(result)))
     ex = extras_table(result)
     if ex is not None:
         caption = "Extras, in the same run:" if result["rows"] else None
@@ -859,6 +1101,17 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
 
     for ax, row in zip(flat, rows):
         curve(ax, row, f"loomtune {row['strategy']}")
+        if row.get("tvm") and any(v is not None for v in row["tvm"]["history_ms"]):
+            curve(
+                ax,
+                row["tvm"],
+                "TVM MetaSchedule" + (" (cached run)" if row["tvm"]["cached"] else ""),
+                "-",
+            )
+            if row.get("tvm_ms"):
+                ax.plot(
+                    [row["tvm"]["trials_done"]], [row["tvm_ms"]], "s", label="TVM final, re-timed"
+                )
         if "evo_replay" in ex and ex["evo_replay"]["workload"] == row["case"]:
             curve(ax, ex["evo_replay"]["replay"], "loomtune replay", "--")
         for name, key, style in (("numpy", "numpy_ms", ":"), ("PyTorch", "torch_ms", "-.")):
@@ -870,7 +1123,9 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
                     label=f"{name} (final run)",
                 )
         if row.get("latency_ms"):
-            ax.plot([row["trials_done"]], [row["latency_ms"]], "o", label="final, re-timed")
+            ax.plot(
+                [row["trials_done"]], [row["latency_ms"]], "o", label="loomtune final, re-timed"
+            )
         axes_style(ax, row["case"])
     if "reuse" in ex:
         ax = flat[len(rows)]
