@@ -246,8 +246,7 @@ def tune_in_this_process(
         )
 
     def event(record: dict[str, Any]) -> None:
-        with trials_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"unix": time.time(), **record}) + "\n")
+        append_event(trials_path, record)
 
     start = time.perf_counter()
     event({"event": "start"})
@@ -284,6 +283,13 @@ def tune_in_this_process(
         seed=seed,
     )
     event({"event": "done", "t_s": time.perf_counter() - start})
+
+
+def append_event(path: Path, record: dict[str, Any]) -> None:
+    """One line of trials.jsonl: ``{"event": "start" | "done", ...}`` or a measured batch
+    ``{"t_s": seconds since the start, "candidates": [{"ms": median} | {"error": text}, ...]}``."""
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"unix": time.time(), **record}) + "\n")
 
 
 # -- the cache --------------------------------------------------------------------------------
@@ -451,7 +457,9 @@ def tune_cached(
         "child_cpu_s": child_cpu_s,
         "tuning_others_load": load,
         "tuning_contended": harness.is_contended(load),
-        "stop_reason": stop if len(times) < trials or stop != "budget" else "budget",
+        "stop_reason": "TVM ended the task early"
+        if stop == "budget" and len(times) < trials
+        else stop,
         "trials_done": len(times),
         "history_ms": history,
         "trial_times_s": walls,
