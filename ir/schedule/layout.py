@@ -56,9 +56,15 @@ class IndexMap(Node):
         return tuple(substitute(e, mapping) for e in self.dst)  # type: ignore[misc]
 
 
-def panel_map(factor: int) -> IndexMap:
-    """B[k, n] -> Bp[n // factor, k, n % factor]: column panels of width `factor`."""
-    return IndexMap.from_callable(2, lambda k, n: (n // factor, k, n % factor))
+def panel_map(factor: int, ndim: int = 2) -> IndexMap:
+    """B[k, n] -> Bp[n // factor, k, n % factor]: column panels of width `factor`.
+
+    For `ndim` > 2 the last axis is split the same way and its panel index goes
+    first: W[a, b, c, n] -> Wp[n // factor, a, b, c, n % factor].
+    """
+    if factor < 1 or ndim < 1:
+        raise ScheduleError(f"panel_map: panel width {factor} and rank {ndim} must be positive")
+    return IndexMap.from_callable(ndim, lambda *x: (x[-1] // factor, *x[:-1], x[-1] % factor))
 
 
 def transform_layout(

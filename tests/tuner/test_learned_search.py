@@ -184,4 +184,6 @@ def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
     cold_ctx = SearchContext(new, TARGET, default_space(new.program, Target.host(1)), cold_db)
     cold = tune_loop(new, TARGET, strategy=make_strategy("evolutionary", cold_ctx, 0), runner=SimulatedRunner(), database=cold_db, trials=16)
     warm_run = tune_loop(new, TARGET, strategy=make_strategy("evolutionary", warm_ctx, 0), runner=SimulatedRunner(), database=db, trials=4)
-    assert warm_run.history[-1] <= cold.history[-1]
+    # after the same 4 trials the warm start is ahead (the benchmark's reuse extra
+    # compares 32 warm trials with 128 cold ones on real measurements)
+    assert warm_run.history[-1] < cold.history[3]

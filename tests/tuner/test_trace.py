@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ir.serialize import structural_hash
-from ir.task import library_task
+from ir.program import Program
+from ir.task import Task, library_task
 from tests.ir.schedule.schedcheck import assert_correct
 from tuner.trace.errors import TraceError
 from tuner.trace.file import TraceFile
@@ -159,3 +160,64 @@ def test_unknown_workload_in_a_trace_file() -> None:
     f = TraceFile.from_json({"format": "loomtune.trace/1", "workload": {"op": "nope", "params": {}}, "target": "host", "trace": {"version": 1, "instructions": []}})
     with pytest.raises(TraceError, match="unknown operator 'nope'"):
         f.task()
+
+
+def packed_matmul(params: dict[str, int], j_tile: list[int] | None) -> tuple[Task, TracedSchedule]:
+    task = library_task("matmul", params)
+    sch = TracedSchedule(task.program, rng=random.Random(0))
+    c = sch.get_block("C")
+    _, j, _ = sch.get_loops(c)
+    tj = sch.sample_perfect_tile(j, n=2, max_innermost_factor=16, decision=j_tile)
+    sch.pack_panels(c, "B", tj[-1])
+    sch.split(sch.get_loops(sch.get_block("C"))[1], tj)
+    return task, sch
+
+
+def packed_shape(program: Program) -> tuple[int, ...]:
+    (packed,) = [b for b in program.allocs if b.name == "B_packed"]
+    return tuple(packed.concrete_shape())
+
+
+def test_pack_panels_follows_its_sampled_width_through_mutation_repair_and_both_forms() -> None:
+    task, sch = packed_matmul(PARAMS, [6, 8])
+    assert packed_shape(sch.program) == (6, 32, 8)  # B[k=32, n=48] -> [48 // 8, 32, 8]
+    trace = sch.trace
+    again = Trace.from_json(json.loads(json.dumps(trace.to_json())))
+    assert again == trace
+    assert structural_hash(run_python(trace.as_python(), task.program).program) == structural_hash(sch.program)
+    # a new tile decision repacks to the new width (a literal index map would keep 8)
+    changed = trace.with_decision(2, [3, 16]).apply(task.program).program
+    assert packed_shape(changed) == (3, 32, 16)
+    assert_correct(task, changed, threads=1)
+    # repaired to another shape, the panel is the repaired tile
+    other = library_task("matmul", {"m": 64, "n": 40, "k": 32})
+    repaired = trace.apply(other.program, repair=True)
+    width = repaired.trace.decisions[2][-1]
+    assert packed_shape(repaired.program) == (40 // width, 32, width)
+    assert_correct(other, repaired.program, threads=1)
+
+
+def test_pack_panels_refuses_a_width_that_is_not_an_integer() -> None:
+    trace = packed_matmul(PARAMS, [6, 8])[1].trace
+    data = trace.to_json()
+    text = json.dumps(data).replace('[{"rv": "b0"}, {"rv": "v5"}]', '[{"rv": "b0"}, "wide"]')
+    assert text != json.dumps(data)
+    with pytest.raises(TraceError, match="pack_panels: panel width 'wide' is not an integer"):
+        Trace.from_json(json.loads(text)).apply(library_task("matmul", PARAMS).program)
+
+
+@pytest.mark.parametrize(
+    ("decision", "extent", "n", "bound", "expected"),
+    [
+        ([1, 16, 2, 32], 1000, 4, 64, [1, 25, 1, 40]),  # the vector tile stays a multiple of 8 lanes
+        ([16, 64], 1000, 2, 64, [25, 40]),
+        ([8, 8], 50, 2, 16, [5, 10]),  # no multiple of 8 divides 50: the nearest even one
+        ([171, 6], 1000, 2, 8, [200, 5]),  # not a vector width: nearest by ratio
+    ],
+)
+def test_repair_keeps_vector_widths_aligned(decision: list[int], extent: int, n: int, bound: int, expected: list[int]) -> None:
+    from tuner.trace.sampling import perfect_tile_fits, repair_perfect_tile
+
+    repaired = repair_perfect_tile(decision, extent, n, bound)
+    assert repaired == expected
+    assert perfect_tile_fits(repaired, extent, n, bound) is None

@@ -19,6 +19,7 @@ PRIMITIVES = (
     "split", "fuse", "reorder", "parallel", "vectorize", "unroll", "annotate",
     "compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline",
     "cache_read", "cache_write", "decompose_reduction", "rfactor", "transform_layout",
+    "pack_panels",
 )  # fmt: skip
 SAMPLING = ("sample_perfect_tile", "sample_categorical", "sample_compute_location")
 KINDS = PRIMITIVES + SAMPLING

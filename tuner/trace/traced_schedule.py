@@ -212,6 +212,24 @@ class TracedSchedule:
         attrs = {"buffer": buffer, "index_map": index_map}
         return self._record("transform_layout", (block,), attrs, lambda: self.sch.transform_layout(block, buffer, index_map))
 
+    def pack_panels(self, block: BlockRV, buffer: str, width: int) -> BlockRef:
+        """`transform_layout` into column panels of `width` (`panel_map`), `width` possibly sampled.
+
+        Recorded with `width` as an input, not as a literal index map, so a trace
+        whose tile sizes are mutated or repaired packs panels as wide as its new
+        vector tile instead of keeping the old width.
+        """
+        from ir.schedule.layout import panel_map
+
+        reads = find_block(self.program, block_name(block)).block.reads
+        match = [r.buffer for r in reads if r.buffer.name == buffer]
+        if not match:
+            raise ScheduleError(f'block "{block_name(block)}": does not read a buffer named {buffer}')
+        index_map = panel_map(int(width), len(match[0].shape))
+        return self._record(
+            "pack_panels", (block, width), {"buffer": buffer}, lambda: self.sch.transform_layout(block, buffer, index_map)
+        )
+
     # -- sampling ------------------------------------------------------------------
 
     def _need_rng(self, kind: str) -> random.Random:
@@ -328,6 +346,10 @@ def replay_instruction(sch: TracedSchedule, inst: Instruction, env: dict[str, An
         out = sch.rfactor(_handle(args[0], k), attrs["factor_axis"])
     elif k == "transform_layout":
         out = sch.transform_layout(_handle(args[0], k), attrs["buffer"], attrs["index_map"])
+    elif k == "pack_panels":
+        if isinstance(args[1], bool) or not isinstance(args[1], int):
+            raise TraceError(f"pack_panels: panel width {args[1]!r} is not an integer")
+        out = sch.pack_panels(_handle(args[0], k), attrs["buffer"], args[1])
     elif k == "sample_perfect_tile":
         out = sch.sample_perfect_tile(_handle(args[0], k), attrs["n"], attrs["max_innermost_factor"], decision=decision)
     elif k == "sample_categorical":

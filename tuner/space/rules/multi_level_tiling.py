@@ -17,8 +17,9 @@ divisors mostly gives tiles that spill or do not vectorize.
 Then (each step as in docs/gemm.md):
 - packing: a sampled choice rewrites the weight operand (the input read along
   the vector axis that misses another spatial axis, e.g. matmul's B[k, n])
-  into column panels as wide as the innermost vector tile, `panel_map(P)`:
-  the inner loop then streams one contiguous panel;
+  into column panels as wide as the innermost vector tile (`pack_panels`,
+  whose width is the tile's random variable, so a mutated or repaired tile
+  packs to its new width): the inner loop then streams one contiguous panel;
 - a local accumulator: `cache_write`, so the reduction accumulates into a
   buffer that compaction shrinks to the tile (registers), written back once;
 - element-wise consumers (dense's bias + relu) are folded into that write-back
@@ -39,7 +40,6 @@ from ir.node import walk
 from ir.program import BlockRealize, BufferStore, Program
 from ir.schedule import Schedule, ScheduleError
 from ir.schedule.analysis import readers
-from ir.schedule.layout import IndexMap, panel_map
 from ir.schedule.state import find_block, loops_above
 from tuner.space.analysis import has_reuse, is_elementwise, is_simple, loop_role, written_buffer
 from tuner.space.context import SpaceContext
@@ -116,7 +116,7 @@ class MultiLevelTiling(ScheduleRule):
         ]
 
         # 2. a sampled choice: pack the weight into panels as wide as the vector tile
-        self._maybe_pack(sch, b, r, vector_axis, int(tiles[vector_axis][-1]))
+        self._maybe_pack(sch, b, r, vector_axis, tiles[vector_axis][-1])
 
         # 3. split and reorder S0 S1 R0 S2 R1 S3
         parts = [sch.split(lp, f) for lp, f in zip(loops, tiles)]
@@ -206,7 +206,7 @@ class MultiLevelTiling(ScheduleRule):
         return list(drawn)
 
     def _maybe_pack(
-        self, sch: TracedSchedule, block: BlockRef, r: BlockRealize, axis: int, width: int
+        self, sch: TracedSchedule, block: BlockRef, r: BlockRealize, axis: int, width: IntRV
     ) -> None:
         iv = r.block.iter_vars[axis].var
         spatial = {x.var for x in r.block.iter_vars if x.kind == "spatial"}
@@ -221,14 +221,7 @@ class MultiLevelTiling(ScheduleRule):
             p = self.pack_probability
             if p <= 0 or int(sch.sample_categorical([0, 1], [1 - p, p])) == 0:
                 return
-            imap = (
-                panel_map(width)
-                if len(shape) == 2
-                else IndexMap.from_callable(
-                    len(shape), lambda *x: (x[-1] // width, *x[:-1], x[-1] % width)
-                )
-            )
-            sch.transform_layout(block, rd.buffer.name, imap)
+            sch.pack_panels(block, rd.buffer.name, width)  # width: the tile's RV, not a literal
             return
 
     @staticmethod
