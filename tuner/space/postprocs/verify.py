@@ -5,7 +5,12 @@ this postprocessor rejects what is legal but never worth a measurement:
 - a block under unrolled loops whose extents multiply past `max_unrolled`
   (code size and compile time explode);
 - a parallel loop inside another loop of extent > 1 (threads forked once per
-  outer iteration).
+  outer iteration);
+- a block under a loop (of extent > 1) that feeds none of its iteration
+  variables: every iteration of that loop repeats the same work (a producer
+  computed inside a consumer's loop it does not depend on, e.g. softmax's row
+  sum recomputed for every column). The compute-location mutator can propose
+  such a place; this is where it is refused.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from __future__ import annotations
 import itertools
 import math
 
-from ir.expr import Const
+from ir.expr import Const, Var
+from ir.node import walk
 from ir.schedule.state import all_blocks, loops_above
 from tuner.space.base import SpaceRejected
 from tuner.space.context import SpaceContext
@@ -39,6 +45,13 @@ class Verify(Postproc):
                     f'block "{r.block.name}" is unrolled {unrolled} times (more than {self.max_unrolled})'
                 )
             repeating = [lp for lp in loops if lp.extent != Const(1, lp.extent.dtype)]
+            used = {n for v in r.values for n in walk(v) if isinstance(n, Var)}
+            for lp in repeating:
+                if lp.var not in used:
+                    raise SpaceRejected(
+                        f'block "{r.block.name}" repeats the same work in every iteration of loop '
+                        f"{lp.var.name}, which feeds none of its iteration variables"
+                    )
             for outer, lp in itertools.pairwise(repeating):
                 if lp.kind == "parallel":
                     raise SpaceRejected(

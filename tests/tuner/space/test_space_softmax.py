@@ -1,0 +1,115 @@
+"""The softmax space (reduction-chain rule): many distinct programs from sampling, every one
+correct, and sampling reaches the places the compute-location mutator moves blocks to."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+
+from codegen.target import Target
+from ir.serialize import structural_hash
+from ir.task import library_task
+from tests.tuner.space.spacecheck import check_correct, samples
+from tuner.space import SpaceRejected, default_space
+from tuner.trace.trace import Trace
+
+ONE_THREAD = Target.parse("llvm -mcpu=znver3 -mattr=+avx,+avx2,+fma -num-threads=1")
+
+
+def _task():  # type: ignore[no-untyped-def]
+    return library_task("softmax", {"m": 6, "n": 64})  # rows long enough to rfactor (8 lanes x 8)
+
+
+def _locations(trace: Trace) -> dict[str, set[int]]:
+    """Per block placed by sample_compute_location: the decisions it took."""
+    names = {i.outputs[0]: i.attr("name") for i in trace.instructions if i.kind == "get_block"}
+    out: dict[str, set[int]] = defaultdict(set)
+    for k, inst in enumerate(trace.instructions):
+        if inst.kind == "sample_compute_location":
+            out[names[inst.inputs[0].name]].add(trace.decisions[k])
+    return out
+
+
+def test_sampling_gives_many_distinct_programs_at_one_thread() -> None:
+    task = library_task("softmax", {"m": 4096, "n": 1024})  # the suite's shape: nothing compiled
+    space = default_space(task.program, ONE_THREAD)
+    programs = set()
+    for seed in range(60):
+        programs.add(structural_hash(space.sample_schedule(random.Random(seed)).program))
+    assert len(programs) >= 30, f"only {len(programs)} distinct programs in 60 samples"
+
+
+def test_sampled_structures_include_row_root_inline_and_rfactor() -> None:
+    task = _task()
+    space = default_space(task.program, ONE_THREAD)
+    kinds: set[str] = set()
+    for seed in range(80):
+        trace = space.sample(random.Random(seed))
+        found = {i.kind for i in trace.instructions}
+        if "rfactor" in found:
+            kinds.add("rfactor")
+        for decisions in _locations(trace).values():
+            kinds |= {"inline" if d == -2 else "root" if d == -1 else "row" for d in decisions}
+    assert kinds == {"rfactor", "inline", "root", "row"}
+
+
+def test_every_sampled_program_is_correct() -> None:
+    task = _task()
+    space = default_space(task.program, ONE_THREAD)
+    host = Target.host(1)
+    traces = samples(space, random.Random("softmax"), 16, max_tries=48)
+    for trace in traces:
+        check_correct(task, trace, host)
+    kinds = {i.kind for t in traces for i in t.instructions}
+    assert "rfactor" in kinds
+
+
+def test_mutated_locations_are_ones_sampling_reaches() -> None:
+    """Sampling and mutation agree: every compute location an accepted mutant has, some
+    sample of the same rule structure has too (the mutator may propose more; the space
+    rejects what repeats work)."""
+    task = _task()
+    space = default_space(task.program, ONE_THREAD)
+    sampled: dict[str, set[int]] = defaultdict(set)
+    traces = []
+    for seed in range(200):
+        try:
+            trace = space.sample(random.Random(seed))
+        except SpaceRejected:
+            continue
+        traces.append(trace)
+        for block, decisions in _locations(trace).items():
+            sampled[block] |= decisions
+    mutator = {"compute-location": 1.0}
+    mutating = default_space(task.program, ONE_THREAD, mutators=mutator)
+    rng = random.Random(1)
+    mutated: dict[str, set[int]] = defaultdict(set)
+    for trace in traces[:40]:
+        mutant = mutating.mutate(trace, rng)
+        if mutant is None:
+            continue
+        for block, decisions in _locations(mutant).items():
+            mutated[block] |= decisions
+    assert mutated, "no mutant accepted"
+    for block, decisions in mutated.items():
+        assert decisions <= sampled[block], (block, decisions, sampled[block])
+
+
+def test_a_recomputing_location_is_rejected() -> None:
+    """exp_sum inside Y's column loop would sum the row once per column: refused."""
+    task = _task()
+    space = default_space(task.program, ONE_THREAD)
+    for seed in range(50):
+        rules = space.rule_part(space.sample(random.Random(seed)))
+        assert rules is not None
+        # exp_sum is the first block placed; location 0 is Y's row loop, 1 its column loop
+        k = next(k for k, i in enumerate(rules.instructions) if i.kind == "sample_compute_location")
+        if rules.decisions[k] == 0:
+            break
+    else:
+        raise AssertionError("no sample computes exp_sum in Y's rows")
+    space.complete(rules)
+    with pytest.raises(SpaceRejected, match="repeats the same work in every iteration"):
+        space.complete(rules.with_decision(k, 1))
