@@ -16,7 +16,7 @@ import numpy as np
 from ir.build import point_regions
 from ir.errors import IRError
 from ir.evaluate import _eval
-from ir.expr import Buffer, Const, Expr, IterVar, Load, Var, as_index, render
+from ir.expr import Binary, Buffer, Const, Expr, IterVar, Load, Var, as_index, render
 from ir.lower.simplify import bound, simplify_expr
 from ir.node import Node, map_children, walk
 from ir.program import (
@@ -178,7 +178,34 @@ def _packed_shape(block: str, buffer: str, imap: IndexMap, shape: tuple[int, ...
     return out
 
 
+def _provably_injective(imap: IndexMap) -> bool:
+    """True when every source index can be read back from the outputs.
+
+    That holds when each source variable is an output itself, or appears as
+    both `x // c` and `x % c` with the same constant c > 0 (x = c·(x // c) + x % c)
+    — the panel maps of packing. A cheap proof for the maps the tuner makes
+    hundreds of times; anything else is enumerated by `_check_injective`.
+    """
+    plain: set[Var] = set()
+    parts: dict[tuple[Var, int], set[str]] = {}
+    for e in imap.dst:
+        if isinstance(e, Var):
+            plain.add(e)
+        elif (
+            isinstance(e, Binary)
+            and e.op in ("floordiv", "floormod")
+            and isinstance(e.a, Var)
+            and isinstance(e.b, Const)
+            and int(e.b.value) > 0
+        ):
+            parts.setdefault((e.a, int(e.b.value)), set()).add(e.op)
+    recovered = plain | {v for (v, _), ops in parts.items() if ops == {"floordiv", "floormod"}}
+    return set(imap.src) <= recovered
+
+
 def _check_injective(block: str, buffer: str, imap: IndexMap, shape: tuple[int, ...]) -> None:
+    if _provably_injective(imap):
+        return
     points = math.prod(shape)
     if points > _MAX_CHECKED_POINTS:
         raise ScheduleError(

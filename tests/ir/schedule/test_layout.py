@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ir.printer import print_program
 from ir.schedule import Schedule
 from ir.schedule.layout import IndexMap, panel_map
@@ -42,3 +44,19 @@ def test_pack_refusals() -> None:
     m = IndexMap.from_callable(2, lambda a, b: (b, a))
     sch.transform_layout("C", "A", m)  # a transpose is a fine layout
     assert_correct(task, sch.program)
+
+
+@pytest.mark.parametrize(
+    ("fn", "proved"),
+    [
+        (lambda k, n: (n // 16, k, n % 16), True),  # a panel map: n = 16·(n // 16) + n % 16
+        (lambda k, n: (n % 4, n // 4, k), True),
+        (lambda k, n: (n // 2, k), False),  # loses n % 2: not one-to-one, left to the enumeration
+        (lambda k, n: (n // 2, n % 4, k), False),  # different constants: not proved (enumerated instead)
+        (lambda k, n: (k + n, n), False),
+    ],
+)
+def test_injectivity_is_proved_only_where_every_index_is_recoverable(fn: object, proved: bool) -> None:
+    from ir.schedule.layout import _provably_injective
+
+    assert _provably_injective(IndexMap.from_callable(2, fn)) is proved
