@@ -182,7 +182,11 @@ class MultiLevelTiling(ScheduleRule):
         Drawn like `sample_perfect_tile` and redrawn (up to `_DRAWS` times) while the
         vector tile is narrower than a register (when the extent allows one) or the
         accumulators need more than `max_accumulators` registers (default: 12 of the
-        16 AVX2 registers, 24 of AVX-512's 32). What is drawn is recorded as the
+        16 AVX2 registers, 24 of AVX-512's 32) or, where the shape allows, fewer than
+        half of them or a vector tile that is not whole registers: an FMA has a
+        latency of 4-5 cycles on two ports, so a tile of fewer than ~8 independent
+        accumulators waits on its own chain (a 1 x 8 dense tile ran at half the
+        speed of 4 x 24), and a 12-wide tile is a register and a half. What is drawn is recorded as the
         decisions of ordinary `sample_perfect_tile` instructions, so mutation and
         replay see no difference; mutation may still leave these bounds.
         """
@@ -193,6 +197,7 @@ class MultiLevelTiling(ScheduleRule):
         extent, _, bound = shapes[vector_axis]
         wide = [d for d in divisors(extent) if lanes <= d <= bound]
         drawn: list[list[int]] = []
+        fallback: list[list[int]] | None = None
         for _ in range(_DRAWS):
             drawn = [sample_perfect_tile(sch.rng, ext, n, bnd) for ext, n, bnd in shapes]
             vector = drawn[vector_axis][-1]
@@ -202,8 +207,10 @@ class MultiLevelTiling(ScheduleRule):
                 // vector
             )
             if (not wide or vector >= lanes) and registers <= budget:
-                break
-        return list(drawn)
+                if registers * 2 >= budget and vector % lanes == 0:
+                    return list(drawn)
+                fallback = fallback or list(drawn)
+        return fallback or list(drawn)
 
     def _maybe_pack(
         self, sch: TracedSchedule, block: BlockRef, r: BlockRealize, axis: int, width: IntRV
