@@ -1191,7 +1191,11 @@ def run_and_write(
         "suite": suite or ("tune" if kwargs.get("main", True) else "tune_extras"),
         "kind": "tune",
         "description": "tuning to the best kernel: best-so-far per trial, tuning time, the final kernel "
-        "against numpy and PyTorch, 1 thread"
+        + (
+            "against numpy, PyTorch and TVM MetaSchedule (tuned for the same trials), 1 thread"
+            if kwargs.get("with_tvm")
+            else "against numpy and PyTorch, 1 thread"
+        )
         if kwargs.get("main", True)
         else "the tuning benchmark's extras on their own ("
         + ", ".join(kwargs.get("extras") or ())
