@@ -6,11 +6,14 @@ this postprocessor rejects what is legal but never worth a measurement:
   (code size and compile time explode);
 - a parallel loop inside another loop of extent > 1 (threads forked once per
   outer iteration);
-- a block under a loop (of extent > 1) that feeds none of its iteration
-  variables: every iteration of that loop repeats the same work (a producer
-  computed inside a consumer's loop it does not depend on, e.g. softmax's row
-  sum recomputed for every column). The compute-location mutator can propose
-  such a place; this is where it is refused.
+- a reduction under a loop (of extent > 1) that feeds none of its iteration
+  variables: every iteration of that loop repeats the whole reduction (a
+  producer computed inside a consumer's loop it does not depend on, e.g.
+  softmax's row sum recomputed for every column: n times the work). The
+  compute-location mutator can propose such a place; this is where it is
+  refused. Element-wise producers may repeat (a padding recomputed per tile of
+  output channels costs a copy and may stay in cache): that is a trade-off the
+  search measures.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class Verify(Postproc):
                 )
             repeating = [lp for lp in loops if lp.extent != Const(1, lp.extent.dtype)]
             used = {n for v in r.values for n in walk(v) if isinstance(n, Var)}
-            for lp in repeating:
+            for lp in repeating if r.block.is_reduction else ():
                 if lp.var not in used:
                     raise SpaceRejected(
                         f'block "{r.block.name}" repeats the same work in every iteration of loop '
