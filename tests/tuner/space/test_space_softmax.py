@@ -41,6 +41,22 @@ def test_sampling_gives_many_distinct_programs_at_one_thread() -> None:
     assert len(programs) >= 30, f"only {len(programs)} distinct programs in 60 samples"
 
 
+def test_each_block_is_placed_once() -> None:
+    """random-compute-location leaves alone a block the reduction-chain rule placed
+    (it used to draw softmax's exp again when the chain left it at the root)."""
+    task = _task()
+    space = default_space(task.program, ONE_THREAD)
+    for seed in range(60):
+        trace = space.sample(random.Random(seed))
+        names = {i.outputs[0]: i.attr("name") for i in trace.instructions if i.kind == "get_block"}
+        placed = [
+            names[i.inputs[0].name]
+            for i in trace.instructions
+            if i.kind == "sample_compute_location"
+        ]
+        assert len(placed) == len(set(placed)), placed
+
+
 def test_sampled_structures_include_row_root_inline_and_rfactor() -> None:
     task = _task()
     space = default_space(task.program, ONE_THREAD)

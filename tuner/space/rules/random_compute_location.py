@@ -4,7 +4,8 @@ A sampled location among the loops of its consumers that may hold it, the root
 (stay a separate nest) or inline (recomputed inside each read). Only legal
 locations are drawn (each is tried on a scratch schedule first), uniformly; the
 decision is recorded by `sample_compute_location`, which the compute-location
-mutator changes later.
+mutator changes later. A block another rule already placed that way (the
+reduction-chain rule may leave softmax's exp at the root) is not drawn again.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class RandomComputeLocation(ScheduleRule):
             or not is_simple(program, name)
         ):
             return
-        if not consumers(program, name):
+        if not consumers(program, name) or _placed(sch, name):
             return
         if sch.rng is None:
             raise TraceError(f'random-compute-location of block "{name}" needs an rng')
@@ -59,3 +60,16 @@ class RandomComputeLocation(ScheduleRule):
                 b = sch.get_block(name)
                 sch.compute_at(b, sch.sample_compute_location(b, decision=choice))
                 return
+
+
+def _placed(sch: TracedSchedule, name: str) -> bool:
+    """Whether the trace so far has a sample_compute_location of block `name`."""
+    handles = {
+        i.outputs[0]
+        for i in sch.instructions
+        if i.kind == "get_block" and i.attr("name") == name and i.outputs
+    }
+    return any(
+        i.kind == "sample_compute_location" and getattr(i.inputs[0], "name", None) in handles
+        for i in sch.instructions
+    )
