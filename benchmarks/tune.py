@@ -838,9 +838,14 @@ def tvm_goal_cell(row: dict[str, Any]) -> str:
     """A verdict such as "1.23× faster, 41% of its time: met", or why there is none."""
     goal = row.get("tvm_goal")
     if goal is None:
-        if row.get("tvm") is None:
+        t = row.get("tvm")
+        if t is None:
             return "–"
-        return "– (no correct TVM kernel)" if row.get("correct") else "– (no loomtune kernel)"
+        if not row.get("correct"):
+            return "– (no loomtune kernel)"
+        if not t.get("trials_done"):
+            return f"– (TVM measured no candidate in {t['tune_s']:.0f} s)"
+        return "– (no correct TVM kernel)"
     speed = f"{goal['speedup']:.2f}× {'faster' if goal['faster'] else 'slower'}"
     share = "–" if goal["time_share"] is None else f"{goal['time_share']:.0%} of its time"
     return f"{speed}, {share}: {'met' if goal['met'] else 'not met'}"

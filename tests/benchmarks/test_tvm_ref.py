@@ -148,12 +148,14 @@ def test_the_goal_needs_both_kernels() -> None:
     row = {
         "tvm_ms": None,
         "latency_ms": 1.0,
-        "tvm": {"tune_s": 10.0},
+        "tvm": {"tune_s": 10.0, "trials_done": 4},
         "tune_s": 1.0,
         "correct": True,
     }
     assert tune.tvm_goal(row) is None
     assert tune.tvm_goal_cell(row) == "– (no correct TVM kernel)"
+    row["tvm"] = {"tune_s": 900.0, "trials_done": 0}  # killed at the limit before a batch ended
+    assert tune.tvm_goal_cell(row) == "– (TVM measured no candidate in 900 s)"
 
 
 def test_cache_key_changes_with_what_changes_the_tuning() -> None:
