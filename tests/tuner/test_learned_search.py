@@ -173,17 +173,18 @@ def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
     db = InMemoryDatabase()
     seen = library_task("matmul", {"m": 128, "n": 128, "k": 128})
     ctx = SearchContext(seen, TARGET, default_space(seen.program, Target.host(1)), db)
-    tune_loop(seen, TARGET, strategy=make_strategy("evolutionary", ctx, 0), runner=SimulatedRunner(), database=db, trials=24)
+    seen_run = tune_loop(seen, TARGET, strategy=make_strategy("evolutionary", ctx, 0), runner=SimulatedRunner(), database=db, trials=24)
     new = library_task("matmul", {"m": 120, "n": 128, "k": 136})
     warm_ctx = SearchContext(new, TARGET, default_space(new.program, Target.host(1)), db)
     warm = EvolutionaryStrategy(warm_ctx, 0)
     assert warm.seeds  # the other shape's best, repaired to this one
     first = warm.propose(8)
     assert warm.seeds[0].hash in {t.hash for t in first}
-    cold_db = InMemoryDatabase()
-    cold_ctx = SearchContext(new, TARGET, default_space(new.program, Target.host(1)), cold_db)
-    cold = tune_loop(new, TARGET, strategy=make_strategy("evolutionary", cold_ctx, 0), runner=SimulatedRunner(), database=cold_db, trials=16)
     warm_run = tune_loop(new, TARGET, strategy=make_strategy("evolutionary", warm_ctx, 0), runner=SimulatedRunner(), database=db, trials=4)
-    # after the same 4 trials the warm start is ahead (the benchmark's reuse extra
-    # compares 32 warm trials with 128 cold ones on real measurements)
-    assert warm_run.history[-1] < cold.history[3]
+    # the repaired best keeps its quality: within 10% of the other shape's best per FLOP
+    # from the first batch on (a cold start's first batch is luck under the simulator;
+    # the benchmark's reuse extra compares 32 warm trials with 128 cold ones on real
+    # measurements)
+    per_flop = seen_run.history[-1] / seen.flops
+    assert warm_run.history[-1] <= 1.1 * per_flop * new.flops
+    assert warm_run.history[-1] <= seen_run.history[7] * new.flops / seen.flops
