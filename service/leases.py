@@ -11,6 +11,10 @@ with the same record id is stored once and answered the same way.
 Row locks are always taken in one order, worker -> jobs -> candidates (by id),
 here and in `service.jobs` (cancel, finish), so concurrent posts, heartbeats,
 leases and cancels wait for each other but never deadlock on PostgreSQL.
+
+Every request of a worker is a few SQLAlchemy Core statements (the hot path
+of the coordinator: `touch_worker` first, then one statement per table), not
+ORM loads and flushes.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from typing import Any
 
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
 from service.db import models as m
 from service.db.session import as_utc
@@ -57,40 +60,110 @@ def register_worker(session: Session, caller: Caller, name: str, target: str) ->
     return worker, canonical
 
 
-def get_worker(session: Session, worker_id: int, caller: Caller) -> m.Worker:
-    """A worker the caller may drive: 404 when there is none, 403 when another owner registered it."""
-    worker = session.get(m.Worker, worker_id)
-    if worker is None:
-        raise NotFound(f"worker {worker_id} not found")
-    if not caller.is_admin and worker.owner != caller.owner:
-        raise Forbidden(f"worker {worker_id} was registered by another owner")
-    return worker
+@dataclass(frozen=True)
+class WorkerRow:
+    """A worker as a request sees it, after `touch_worker`."""
+
+    id: int
+    name: str
+    owner: str
+    target_id: int
+    target: str
 
 
-def _touch(session: Session, worker: m.Worker, now: datetime) -> None:
-    """Record a sign of life; first, so the worker's row is the first lock a request takes."""
-    worker.last_heartbeat = now
-    session.flush()
+_WORKERS = m.Worker.__table__
+_CANDIDATES = m.Candidate.__table__
+_JOBS = m.Job.__table__
+_TARGETS = m.Target.__table__
+_RECORDS = m.Record.__table__
 
-
-def _keep_alive(session: Session, worker: m.Worker, lease_seconds: float, now: datetime) -> tuple[int, datetime]:
-    """Record a sign of life and extend the worker's unexpired leases; (how many, until when)."""
-    _touch(session, worker, now)
-    until = now + timedelta(seconds=lease_seconds)
-    extended = session.execute(
-        update(m.Candidate)
-        .where(
-            m.Candidate.lease_holder == worker.id,
-            m.Candidate.status == "leased",
-            m.Candidate.lease_expires_at >= now,
+# The hot path's statements, built once with bound parameters (building one costs
+# about as much CPU as running it).
+_TOUCH = (
+    update(_WORKERS)
+    .where(_WORKERS.c.id == bindparam("wid"))
+    .values(last_heartbeat=bindparam("now"))
+    .returning(
+        _WORKERS.c.id, _WORKERS.c.name, _WORKERS.c.owner, _WORKERS.c.target_id,
+        select(_TARGETS.c.canonical).where(_TARGETS.c.id == _WORKERS.c.target_id).scalar_subquery(),
+    )
+)  # fmt: skip
+_EXTEND = (
+    update(_CANDIDATES)
+    .where(
+        _CANDIDATES.c.lease_holder == bindparam("wid"),
+        _CANDIDATES.c.status == "leased",
+        _CANDIDATES.c.lease_expires_at >= bindparam("now"),
+    )
+    .values(lease_expires_at=bindparam("until"))
+    .returning(_CANDIDATES.c.id)
+)
+_JOBS_OF_LEASES = select(_JOBS.c.id, _JOBS.c.workload_key, _JOBS.c.workload_spec).where(
+    _JOBS.c.id.in_(bindparam("ids", expanding=True))
+)
+_LOCK_JOBS = (
+    select(_JOBS.c.id, _JOBS.c.workload_key, _JOBS.c.target_id)
+    .where(
+        _JOBS.c.id.in_(
+            select(_CANDIDATES.c.job_id).where(_CANDIDATES.c.id.in_(bindparam("ids", expanding=True))).scalar_subquery()
         )
-        .values(lease_expires_at=until)
-        .returning(m.Candidate.id)
-    ).all()
-    return len(extended), until
+    )
+    .order_by(_JOBS.c.id)
+    .with_for_update()
+)
+_LOCK_CANDIDATES = (
+    select(
+        _CANDIDATES.c.id, _CANDIDATES.c.job_id, _CANDIDATES.c.status, _CANDIDATES.c.lease_holder,
+        _CANDIDATES.c.lease_expires_at, _CANDIDATES.c.record_id, _CANDIDATES.c.trace, _CANDIDATES.c.trace_hash,
+    )
+    .where(_CANDIDATES.c.id.in_(bindparam("ids", expanding=True)))
+    .order_by(_CANDIDATES.c.id)
+    .with_for_update()
+)  # fmt: skip
+_TAKEN_RECORD_IDS = select(_RECORDS.c.record_id).where(_RECORDS.c.record_id.in_(bindparam("ids", expanding=True)))
+_FINISH_CANDIDATE = (
+    update(_CANDIDATES)
+    .where(_CANDIDATES.c.id == bindparam("cid"))
+    .values(status="done", record_id=bindparam("rid"), lease_expires_at=None)
+)
+_COUNT_TRIALS = (
+    update(_JOBS)
+    .where(_JOBS.c.id == bindparam("jid"))
+    .values(trials_done=_JOBS.c.trials_done + bindparam("count"), updated_at=bindparam("now"))
+)
+_INSERT_RECORDS: dict[str, Any] = {}
 
 
-def heartbeat(session: Session, worker: m.Worker, lease_seconds: float) -> tuple[list[int], datetime]:
+def _insert_records(session: Session) -> Any:
+    """INSERT ... ON CONFLICT DO NOTHING into records, per dialect, built once."""
+    dialect = session.get_bind().dialect.name
+    if dialect not in _INSERT_RECORDS:
+        _INSERT_RECORDS[dialect] = _insert(session, _RECORDS).on_conflict_do_nothing()
+    return _INSERT_RECORDS[dialect]
+
+
+def touch_worker(session: Session, worker_id: int, caller: Caller, now: datetime | None = None) -> WorkerRow:
+    """The worker the caller drives, its sign of life recorded: 404 when there is none, 403
+    when another owner registered it (the raise rolls the touch back).
+
+    One UPDATE: it takes the worker's row lock first (the module's lock order)
+    and returns the worker with its target.
+    """
+    row = session.execute(_TOUCH, {"wid": worker_id, "now": now or utc_now()}).one_or_none()
+    if row is None:
+        raise NotFound(f"worker {worker_id} not found")
+    if not caller.is_admin and row[2] != caller.owner:
+        raise Forbidden(f"worker {worker_id} was registered by another owner")
+    return WorkerRow(*row)
+
+
+def _extend(session: Session, worker_id: int, now: datetime, until: datetime) -> list[int]:
+    """The worker's unexpired leases now last until `until`; their candidate ids, in order."""
+    extended = session.scalars(_EXTEND, {"wid": worker_id, "now": now, "until": until}).all()
+    return sorted(extended)
+
+
+def heartbeat(session: Session, worker: WorkerRow, lease_seconds: float) -> tuple[list[int], datetime]:
     """Stay alive: the worker's leases that have not expired last `lease_seconds` from now.
 
     Returns the ids of those candidates: a worker that does not know one of them
@@ -98,16 +171,8 @@ def heartbeat(session: Session, worker: m.Worker, lease_seconds: float) -> tuple
     instead of holding it, unmeasured, for ever.
     """
     now = utc_now()
-    _, until = _keep_alive(session, worker, lease_seconds, now)
-    held = list(
-        session.scalars(
-            select(m.Candidate.id)
-            .where(m.Candidate.lease_holder == worker.id, m.Candidate.status == "leased", m.Candidate.lease_expires_at >= now)
-            .order_by(m.Candidate.id)
-        )
-    )
-    session.flush()
-    return held, until
+    until = now + timedelta(seconds=lease_seconds)
+    return _extend(session, worker.id, now, until), until
 
 
 @dataclass(frozen=True)
@@ -125,47 +190,26 @@ class Lease:
     lease_expires_at: datetime
 
 
-def lease(session: Session, worker: m.Worker, n: int, lease_seconds: float) -> list[Lease]:
+def lease(session: Session, worker: WorkerRow, n: int, lease_seconds: float) -> list[Lease]:
     """Lease up to `n` pending (or expired) candidates of running jobs of the worker's target.
 
-    Oldest job first, oldest candidate first; a lease call is also a heartbeat.
+    Oldest candidate first, across the target's running jobs; a lease call is
+    also a heartbeat. Four statements whatever `n` is.
     """
     now = utc_now()
-    _keep_alive(session, worker, lease_seconds, now)
-    job_ids = list(
-        session.scalars(
-            select(m.Job.id)
-            .join(m.Candidate, m.Candidate.job_id == m.Job.id)
-            .where(
-                m.Job.target_id == worker.target_id,
-                m.Job.status == "running",
-                (m.Candidate.status == "pending")
-                | ((m.Candidate.status == "leased") & (m.Candidate.lease_expires_at < now)),
-            )
-            .group_by(m.Job.id)
-            .order_by(m.Job.id)
-        )
-    )
-    leased: list[m.Candidate] = []
-    for job_id in job_ids:
-        if len(leased) >= n:
-            break
-        leased += lease_candidates(session, job_id, worker.id, n - len(leased), lease_seconds)
+    until = now + timedelta(seconds=lease_seconds)
+    _extend(session, worker.id, now, until)
+    leased = lease_candidates(session, worker.target_id, worker.id, n, lease_seconds, now=now)
     if not leased:
         return []
-    jobs = {
-        job.id: job
-        for job in session.scalars(select(m.Job).where(m.Job.id.in_({c.job_id for c in leased})))
-    }
-    canonical = session.scalar(select(m.Target.canonical).where(m.Target.id == worker.target_id))
-    assert canonical is not None
+    jobs = {row.id: row for row in session.execute(_JOBS_OF_LEASES, {"ids": sorted({c.job_id for c in leased})})}
     return [
         Lease(
             candidate_id=c.id,
             job_id=c.job_id,
             workload_key=jobs[c.job_id].workload_key,
             workload=dict(jobs[c.job_id].workload_spec or {}),
-            target=canonical,
+            target=worker.target,
             trace=dict(c.trace),
             trace_hash=c.trace_hash,
             attempt=c.attempts,
@@ -196,14 +240,14 @@ class Accepted:
     """Candidates whose result (same record id) had already been accepted."""
 
 
-def submit_results(session: Session, worker: m.Worker, results: Sequence[Result]) -> Accepted:
+def submit_results(session: Session, worker: WorkerRow, results: Sequence[Result]) -> Accepted:
     """Store the results of candidates the worker holds: records, candidates done, trials counted.
 
     All or nothing: when any result is for a lease the worker no longer holds
     (expired, released, re-dispatched, withdrawn by a cancel) the post raises
     `Conflict` naming those candidates and stores nothing. A result whose
     candidate is already done with the same record id is a repeat: accepted
-    again, stored once.
+    again, stored once. The caller has touched the worker (its row lock).
     """
     now = utc_now()
     by_candidate = {r.candidate_id: r for r in results}
@@ -211,90 +255,70 @@ def submit_results(session: Session, worker: m.Worker, results: Sequence[Result]
         raise Invalid(("body", "results"), "a candidate appears twice in one post")
     if len({r.record_id for r in results}) != len(results):
         raise Invalid(("body", "results"), "a record_id appears twice in one post")
-    _touch(session, worker, now)
+    ids = sorted(by_candidate)
     # Lock the jobs, then the candidates, each in id order (see the module's docstring).
-    job_ids = sorted(set(session.scalars(select(m.Candidate.job_id).where(m.Candidate.id.in_(by_candidate)))))
-    jobs = {j.id: j for j in session.scalars(select(m.Job).where(m.Job.id.in_(job_ids)).order_by(m.Job.id).with_for_update())}
-    candidates = {
-        c.id: c
-        for c in session.scalars(
-            select(m.Candidate).where(m.Candidate.id.in_(by_candidate)).order_by(m.Candidate.id).with_for_update()
-        )
-    }
+    jobs = {row.id: row for row in session.execute(_LOCK_JOBS, {"ids": ids})}
+    candidates = {row.id: row for row in session.execute(_LOCK_CANDIDATES, {"ids": ids})}
     stale: list[int] = []
     duplicates: list[int] = []
-    fresh: list[tuple[m.Candidate, Result]] = []
-    for cid in sorted(by_candidate):
-        r, c = by_candidate[cid], candidates.get(cid)
-        if c is not None and c.status == "done" and c.record_id == r.record_id:
+    fresh: list[tuple[Any, Result]] = []
+    for cid in ids:
+        r, row = by_candidate[cid], candidates.get(cid)
+        if row is not None and row.status == "done" and row.record_id == r.record_id:
             duplicates.append(cid)
         elif (
-            c is None
-            or c.status != "leased"
-            or c.lease_holder != worker.id
-            or c.lease_expires_at is None
-            or as_utc(c.lease_expires_at) < now
+            row is None
+            or row.status != "leased"
+            or row.lease_holder != worker.id
+            or row.lease_expires_at is None
+            or as_utc(row.lease_expires_at) < now
         ):
             stale.append(cid)
         else:
-            fresh.append((c, r))
+            fresh.append((row, r))
     if stale:
-        shown = ", ".join(str(c) for c in stale[:20]) + (" ..." if len(stale) > 20 else "")
+        shown = ", ".join(str(x) for x in stale[:20]) + (" ..." if len(stale) > 20 else "")
         raise Conflict(f"worker {worker.id} no longer holds the lease on candidate(s) {shown}; nothing of this post was stored")
-    taken = set(session.scalars(select(m.Record.record_id).where(m.Record.record_id.in_([r.record_id for _, r in fresh]))))
+    if not fresh:
+        return Accepted([], duplicates)
+    taken = set(session.scalars(_TAKEN_RECORD_IDS, {"ids": [r.record_id for _, r in fresh]}))
     if taken:
         raise Conflict(f"record_id {sorted(taken)[0]} is already another measurement's")
     # One statement per table, not one per result: a post is a handful of round trips.
     per_job: dict[int, int] = {}
     rows = []
-    for c, r in fresh:
-        job = jobs[c.job_id]
+    for row, r in fresh:
+        job = jobs[row.job_id]
         ok = r.status == "ok"
         rows.append({
             "record_id": r.record_id, "workload_key": job.workload_key, "target_id": job.target_id,
-            "job_id": job.id, "candidate_id": c.id, "trace": c.trace, "trace_hash": c.trace_hash,
+            "job_id": job.id, "candidate_id": row.id, "trace": row.trace, "trace_hash": row.trace_hash,
             "run_times": list(r.run_times_ms), "median_ms": float(statistics.median(r.run_times_ms)) if ok else None,
             "status": r.status, "message": r.message, "worker": worker.name[:256],
             "loomtune_version": r.loomtune_version, "llvm_version": r.llvm_version, "measured_at": now,
         })  # fmt: skip
-        per_job[c.job_id] = per_job.get(c.job_id, 0) + 1
-    if rows:
-        # The trace already measured for this workload and target (by another job): keep the first.
-        # executemany form: compiled once and cached (a VALUES list of varying length is not)
-        session.execute(_insert(session, m.Record).on_conflict_do_nothing(), rows)
-        table = m.Candidate.__table__
-        session.execute(
-            update(table)
-            .where(table.c.id == bindparam("cid"))
-            .values(status="done", record_id=bindparam("rid"), lease_expires_at=None),
-            [{"cid": c.id, "rid": r.record_id} for c, r in fresh],
-        )
-        for c, r in fresh:  # keep the session's copies true without another flush
-            set_committed_value(c, "status", "done")
-            set_committed_value(c, "record_id", r.record_id)
-            set_committed_value(c, "lease_expires_at", None)
+        per_job[row.job_id] = per_job.get(row.job_id, 0) + 1
+    # The trace already measured for this workload and target (by another job): keep the first.
+    # executemany form: compiled once and cached (a VALUES list of varying length is not)
+    session.execute(_insert_records(session), rows)
+    session.execute(_FINISH_CANDIDATE, [{"cid": row.id, "rid": r.record_id} for row, r in fresh])
     for job_id, count in per_job.items():
-        session.execute(
-            update(m.Job).where(m.Job.id == job_id).values(trials_done=m.Job.trials_done + count, updated_at=now)
-        )
-    session.flush()
-    return Accepted([c.id for c, _ in fresh], duplicates)
+        session.execute(_COUNT_TRIALS, {"jid": job_id, "count": count, "now": now})
+    return Accepted([row.id for row, _ in fresh], duplicates)
 
 
-def release(session: Session, worker: m.Worker, candidate_ids: Iterable[int] | None = None) -> list[int]:
+def release(session: Session, worker: WorkerRow, candidate_ids: Iterable[int] | None = None) -> list[int]:
     """Hand leases back (all of the worker's, or those named) for others to lease at once."""
-    _touch(session, worker, utc_now())
+    c = _CANDIDATES
     query = (
-        update(m.Candidate)
-        .where(m.Candidate.lease_holder == worker.id, m.Candidate.status == "leased")
+        update(c)
+        .where(c.c.lease_holder == worker.id, c.c.status == "leased")
         .values(status="pending", lease_holder=None, lease_expires_at=None)
-        .returning(m.Candidate.id)
+        .returning(c.c.id)
     )
     if candidate_ids is not None:
-        query = query.where(m.Candidate.id.in_(list(candidate_ids)))
-    released = sorted(session.scalars(query).all())
-    session.flush()
-    return released
+        query = query.where(c.c.id.in_(list(candidate_ids)))
+    return sorted(session.scalars(query).all())
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -102,6 +103,13 @@ class Candidate(Base):
     __tablename__ = "candidates"
     __table_args__ = (
         Index(None, "job_id", "status"),
+        # Leasing walks the open candidates in id order, never the done ones.
+        Index(
+            "ix_candidates_open",
+            "id",
+            postgresql_where=text("status IN ('pending', 'leased')"),
+            sqlite_where=text("status IN ('pending', 'leased')"),
+        ),
         # A job measures a trace once.
         UniqueConstraint("job_id", "trace_hash"),
     )

@@ -11,10 +11,10 @@ repeated imports never duplicate.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Select, and_, or_, select
+from sqlalchemy import Engine, Select, and_, bindparam, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -304,35 +304,49 @@ def open_database(url: str | None = None) -> SQLDatabase:
     return SQLDatabase(engine)
 
 
-def lease_candidates(session: Session, job_id: int, worker: int, n: int, lease_seconds: float) -> list[m.Candidate]:
-    """Lease up to `n` of a job's pending (or expired) candidates to `worker`, oldest first.
-
-    On PostgreSQL, `FOR UPDATE SKIP LOCKED` lets coordinators lease from one job
-    at once without waiting on each other or leasing a candidate twice. SQLite
-    ignores it and serialises writers instead (a second writer with a stale
-    snapshot fails rather than double-leases): there, one coordinator only.
-    The caller's transaction commits the lease.
-    """
-    now = utc_now()
-    query = (
-        select(m.Candidate)
+def _lease_statement() -> Any:
+    c, j = m.Candidate.__table__, m.Job.__table__
+    picked = (
+        select(c.c.id)
+        .join(j, j.c.id == c.c.job_id)
         .where(
-            m.Candidate.job_id == job_id,
-            or_(
-                m.Candidate.status == "pending",
-                and_(m.Candidate.status == "leased", m.Candidate.lease_expires_at < now),
-            ),
+            j.c.target_id == bindparam("tid"),
+            j.c.status == "running",
+            or_(c.c.status == "pending", and_(c.c.status == "leased", c.c.lease_expires_at < bindparam("now"))),
         )
-        .order_by(m.Candidate.id)
-        .limit(n)
-        .with_for_update(skip_locked=True)
+        .order_by(c.c.id)
+        .limit(bindparam("n"))
+        .with_for_update(of=c, skip_locked=True)
+        .cte("picked")
     )
-    leased = list(session.scalars(query))
-    expires = now + timedelta(seconds=lease_seconds)
-    for candidate in leased:
-        candidate.status = "leased"
-        candidate.lease_holder = worker
-        candidate.lease_expires_at = expires
-        candidate.attempts += 1
-    session.flush()
-    return leased
+    return (
+        update(c)
+        .where(c.c.id.in_(select(picked.c.id)))
+        .values(status="leased", lease_holder=bindparam("wid"), lease_expires_at=bindparam("until"), attempts=c.c.attempts + 1)
+        .returning(c.c.id, c.c.job_id, c.c.trace, c.c.trace_hash, c.c.attempts, c.c.lease_expires_at)
+    )
+
+
+_LEASE = _lease_statement()
+"""Built once: the lease is the coordinator's most frequent statement."""
+
+
+def lease_candidates(
+    session: Session, target_id: int, worker: int, n: int, lease_seconds: float, *, now: datetime | None = None
+) -> list[Any]:
+    """Lease up to `n` pending (or expired) candidates of the target's running jobs to `worker`.
+
+    Oldest candidate first, in one statement: it picks through the partial
+    index of open candidates (`ix_candidates_open`: pending or leased, so done
+    ones cost nothing however many there are) and returns the leased rows
+    (id, job_id, trace, trace_hash, attempts, lease_expires_at) in id order.
+    On PostgreSQL, `FOR UPDATE SKIP LOCKED` lets coordinators lease at once
+    without waiting on each other or leasing a candidate twice. SQLite ignores
+    it and serialises writers instead (a second writer with a stale snapshot
+    fails rather than double-leases): there, one coordinator only. The
+    caller's transaction commits the lease.
+    """
+    now = now or utc_now()
+    params = {"tid": target_id, "now": now, "n": n, "wid": worker, "until": now + timedelta(seconds=lease_seconds)}
+    rows = session.execute(_LEASE, params).all()
+    return sorted(rows, key=lambda row: row.id)

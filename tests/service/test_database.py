@@ -476,8 +476,8 @@ def test_concurrent_writers_lose_nothing(pg_schema: str, pg_engine: Engine) -> N
     assert max(seconds) < 20
 
 
-def _lease_all(schema: str, worker: int) -> list[int]:
-    """A child process: lease batches of 10 until the job has none left; the ids leased."""
+def _lease_all(schema: str, target_id: int, worker: int) -> list[int]:
+    """A child process: lease batches of 10 until the target's jobs have none left; the ids leased."""
     from service.db.store import lease_candidates
 
     engine = pg_schema_engine(schema)
@@ -485,7 +485,7 @@ def _lease_all(schema: str, worker: int) -> list[int]:
     got: list[int] = []
     while True:
         with sessions.begin() as session:
-            batch = [c.id for c in lease_candidates(session, 1, worker, 10, 60)]
+            batch = [c.id for c in lease_candidates(session, target_id, worker, 10, 60)]
         if not batch:
             break
         got += batch
@@ -503,6 +503,7 @@ def test_concurrent_leases_hand_out_each_candidate_once(pg_schema: str, pg_engin
         target = m.Target(canonical=ZEN1, cpu="znver3", features=["+avx", "+avx2", "+fma"], threads=1)
         session.add(target)
         session.flush()
+        target_id = target.id
         session.add(
             m.Job(
                 id=1, owner="alice", workload_key=MATMUL[0], target_id=target.id, budget=1000,
@@ -519,7 +520,7 @@ def test_concurrent_leases_hand_out_each_candidate_once(pg_schema: str, pg_engin
             for i in range(1000)
         )
     with multiprocessing.get_context("spawn").Pool(WRITERS) as pool:
-        leased = pool.starmap(_lease_all, [(pg_schema, w) for w in range(1, WRITERS + 1)])
+        leased = pool.starmap(_lease_all, [(pg_schema, target_id, w) for w in range(1, WRITERS + 1)])
     everything = [i for ids in leased for i in ids]
     assert len(everything) == 1000 and len(set(everything)) == 1000
     assert all(ids for ids in leased), "every worker got some"

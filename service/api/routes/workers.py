@@ -67,7 +67,7 @@ def heartbeat(worker_id: WorkerId, caller: WorkerRole, state: State) -> Heartbea
     """Extends every lease the worker still holds by LOOMTUNE_LEASE_SECONDS from now."""
     s = state.settings
     with state.sessions.write() as session:
-        worker = L.get_worker(session, worker_id, caller)
+        worker = L.touch_worker(session, worker_id, caller)
         held, until = L.heartbeat(session, worker, s.lease_seconds)
     return HeartbeatOut(
         worker_id=worker_id,
@@ -85,7 +85,7 @@ def lease(worker_id: WorkerId, caller: WorkerRole, state: State, body: LeaseRequ
     s = state.settings
     request = body or LeaseRequest()
     with state.sessions.write() as session:
-        worker = L.get_worker(session, worker_id, caller)
+        worker = L.touch_worker(session, worker_id, caller)
         leased = L.lease(session, worker, request.max_candidates, s.lease_seconds)
     state.metrics.leased.inc(len(leased))
     return LeaseOut(
@@ -117,7 +117,7 @@ def results(worker_id: WorkerId, body: ResultsIn, caller: WorkerRole, state: Sta
     ]
     try:
         with state.sessions.write() as session:
-            worker = L.get_worker(session, worker_id, caller)
+            worker = L.touch_worker(session, worker_id, caller)
             accepted = L.submit_results(session, worker, items)
     except Conflict:
         state.metrics.rejected_results.inc()
@@ -132,6 +132,6 @@ def release(worker_id: WorkerId, caller: WorkerRole, state: State, body: Release
     """The named leases (default: all the worker holds) go back to pending at once."""
     ids = body.candidate_ids if body is not None else None
     with state.sessions.write() as session:
-        worker = L.get_worker(session, worker_id, caller)
+        worker = L.touch_worker(session, worker_id, caller)
         released = L.release(session, worker, ids)
     return ReleaseOut(released=released)
