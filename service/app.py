@@ -30,7 +30,7 @@ from service.errors import ApiError, Invalid, Unauthorized
 from service.metrics import Metrics
 from service.schemas import Health
 from service.settings import Settings
-from service.tokens import ensure_admin_token
+from service.tokens import CallerCache, ensure_admin_token
 
 log = logging.getLogger("loomtune.coordinator")
 
@@ -119,7 +119,9 @@ def create_app(
         docs_url="/docs",
         lifespan=lifespan,
     )
-    app.state.loomtune = CoordinatorState(settings, sessions, Metrics(sessions, settings))
+    app.state.loomtune = CoordinatorState(
+        settings, sessions, Metrics(sessions, settings), CallerCache(settings.auth_cache_seconds)
+    )
     for module in (jobs, schedules, workloads, tokens, workers):
         app.include_router(module.router)
     _add_error_handlers(app)

@@ -17,6 +17,7 @@ ADMIN_TOKEN_ENV = "LOOMTUNE_ADMIN_TOKEN"
 LEASE_SECONDS_ENV = "LOOMTUNE_LEASE_SECONDS"
 HEARTBEAT_SECONDS_ENV = "LOOMTUNE_HEARTBEAT_SECONDS"
 MAX_TRIALS_ENV = "LOOMTUNE_MAX_TRIALS"
+AUTH_CACHE_SECONDS_ENV = "LOOMTUNE_AUTH_CACHE_SECONDS"
 
 
 class SettingsError(LoomtuneError):
@@ -34,6 +35,9 @@ class Settings:
             heartbeat (or lease); then its candidates go to another worker.
         heartbeat_seconds: how often a worker is told to heartbeat, in s.
         max_trials: the largest budget a job may ask for.
+        auth_cache_seconds: how long a coordinator trusts a token it has looked
+            up, in s (0: never); a token revoked elsewhere (another coordinator,
+            `loomtune token revoke`) is refused here after at most this long.
     """
 
     database_url: str | None = None
@@ -41,12 +45,16 @@ class Settings:
     lease_seconds: float = 60.0
     heartbeat_seconds: float = 10.0
     max_trials: int = 100_000
+    auth_cache_seconds: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "heartbeat_seconds"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise SettingsError(f"{name} must be a positive number of seconds, got {value!r}")
+        value = self.auth_cache_seconds
+        if not isinstance(value, int | float) or not math.isfinite(value) or not 0 <= value <= 3600:
+            raise SettingsError(f"auth_cache_seconds must be between 0 and 3600 s, got {value!r}")
         if not isinstance(self.max_trials, int) or isinstance(self.max_trials, bool) or self.max_trials < 1:
             raise SettingsError(f"max_trials must be a positive integer, got {self.max_trials!r}")
         if self.admin_token is not None and len(self.admin_token) < 16:
@@ -68,6 +76,7 @@ class Settings:
             (LEASE_SECONDS_ENV, "lease_seconds", float),
             (HEARTBEAT_SECONDS_ENV, "heartbeat_seconds", float),
             (MAX_TRIALS_ENV, "max_trials", int),
+            (AUTH_CACHE_SECONDS_ENV, "auth_cache_seconds", float),
         ):
             text = env.get(key, "").strip()
             if not text:
@@ -80,4 +89,4 @@ class Settings:
         try:
             return Settings(**values)  # type: ignore[arg-type]
         except SettingsError as e:
-            raise SettingsError(f"{e} (check the environment: {LEASE_SECONDS_ENV}, {HEARTBEAT_SECONDS_ENV}, {MAX_TRIALS_ENV})") from None
+            raise SettingsError(f"{e} (check the environment: {LEASE_SECONDS_ENV}, {HEARTBEAT_SECONDS_ENV}, {MAX_TRIALS_ENV}, {AUTH_CACHE_SECONDS_ENV})") from None

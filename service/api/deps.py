@@ -17,7 +17,7 @@ from service.db.session import Sessions
 from service.errors import Forbidden, Unauthorized
 from service.metrics import Metrics
 from service.settings import Settings
-from service.tokens import Caller, authenticate
+from service.tokens import Caller, CallerCache, authenticate_hash, hash_secret
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class CoordinatorState:
     settings: Settings
     sessions: Sessions
     metrics: Metrics
+    callers: CallerCache
 
 
 def get_state(request: Request) -> CoordinatorState:
@@ -41,10 +42,14 @@ def get_caller(
 ) -> Caller:
     if credentials is None or not credentials.credentials:
         raise Unauthorized("no bearer token (Authorization: Bearer <token>)")
-    with state.sessions.read() as session:
-        caller = authenticate(session, credentials.credentials)
+    hashed = hash_secret(credentials.credentials)
+    caller = state.callers.get(hashed)
     if caller is None:
-        raise Unauthorized("the bearer token is unknown or revoked")
+        with state.sessions.read() as session:
+            caller = authenticate_hash(session, hashed)
+        if caller is None:
+            raise Unauthorized("the bearer token is unknown or revoked")
+        state.callers.put(hashed, caller)
     return caller
 
 

@@ -44,4 +44,6 @@ def list_tokens(caller: Admin, state: State) -> TokenList:
 def revoke_token(token_id: Annotated[int, Path(ge=1, le=MAX_ID)], caller: Admin, state: State) -> TokenOut:
     """A revoked token is refused (401) from now on; its owner's jobs stay."""
     with state.sessions.write() as session:
-        return token_out(T.revoke_token(session, token_id))
+        out = token_out(T.revoke_token(session, token_id))
+    state.callers.forget(token_id)
+    return out

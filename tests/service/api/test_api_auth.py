@@ -108,3 +108,34 @@ def test_token_validation_is_422_naming_the_field(sqlite_api: Api) -> None:
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "owner"]
     r = api.call("POST", "/v1/tokens", ADMIN, json={"role": "client"})
     assert r.status_code == 201 and r.json()["owner"] == "client" and r.json()["secret"].startswith("lt_")
+
+
+def test_caller_cache_keeps_a_token_for_its_ttl_and_forgets_a_revoked_one() -> None:
+    from service.tokens import Caller, CallerCache
+
+    now = [100.0]
+    cache = CallerCache(2.0, clock=lambda: now[0])
+    alice, bob = Caller(1, "client", "alice"), Caller(2, "worker", "farm")
+    cache.put("h1", alice)
+    cache.put("h2", bob)
+    now[0] += 1.9
+    assert cache.get("h1") == alice and cache.get("h2") == bob
+    cache.forget(1)  # revoked by this coordinator: refused at once
+    assert cache.get("h1") is None and cache.get("h2") == bob
+    now[0] += 0.2  # past the ttl: looked up again
+    assert cache.get("h2") is None
+    off = CallerCache(0.0, clock=lambda: now[0])
+    off.put("h1", alice)
+    assert off.get("h1") is None
+
+
+def test_auth_cache_seconds_comes_from_the_environment_and_is_checked() -> None:
+    import pytest
+
+    from service.settings import Settings, SettingsError
+
+    assert Settings.from_env({"LOOMTUNE_AUTH_CACHE_SECONDS": "0"}).auth_cache_seconds == 0
+    assert Settings.from_env({}).auth_cache_seconds == 1.0
+    for bad in ("-1", "nan", "soon", "7200"):
+        with pytest.raises(SettingsError, match=r"LOOMTUNE_AUTH_CACHE_SECONDS|auth_cache_seconds"):
+            Settings.from_env({"LOOMTUNE_AUTH_CACHE_SECONDS": bad})

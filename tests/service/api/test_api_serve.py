@@ -221,10 +221,13 @@ def test_token_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert main(["token", "list"]) == 0
     assert secret not in capsys.readouterr().out
 
-    with TestClient(create_app(settings=Settings(database_url=sqlite_url))) as http:
+    # A coordinator trusts a token it looked up for auth_cache_seconds: a revocation made
+    # elsewhere (this CLI, another coordinator) reaches it within that time.
+    with TestClient(create_app(settings=Settings(database_url=sqlite_url, auth_cache_seconds=0.5))) as http:
         assert http.get("/v1/jobs", headers=_bearer(secret)).status_code == 200
         assert main(["token", "revoke", "1"]) == 0
         assert "revoked token 1" in capsys.readouterr().out
+        time.sleep(0.6)
         assert http.get("/v1/jobs", headers=_bearer(secret)).status_code == 401
 
     assert main(["token", "revoke", "99"]) == 2
