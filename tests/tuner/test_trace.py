@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ir.serialize import structural_hash
 from ir.program import Program
+from ir.serialize import structural_hash
 from ir.task import Task, library_task
 from tests.ir.schedule.schedcheck import assert_correct
 from tuner.trace.errors import TraceError
