@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         "--only",
         default=None,
         metavar="NAMES",
-        help="comma-separated workloads (matmul, dense, ...)",
+        help="comma-separated workloads (matmul, dense, ...); also evo_replay's",
     )
     tune.add_argument(
         "--extras",
@@ -68,12 +68,17 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--suite-name", default=None, help="the result's suite (default tune, or tune_extras)"
     )
-    tune.add_argument("--replay-trials", type=int, default=64, help="evo_replay's budget (64)")
+    tune.add_argument(
+        "--replay-trials",
+        type=int,
+        default=64,
+        help="evo_replay's budget per workload and seed (64; at most --trials)",
+    )
     tune.add_argument(
         "--no-main",
         action="store_true",
         help="no main table: only the extras (scheduler; evo_replay runs its own evolutionary "
-        "curves); suite tune_extras",
+        "curves on each workload); suite tune_extras",
     )
     tune.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     tune.add_argument(

@@ -53,8 +53,12 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     else:
         assert row["ratio_torch"] is None
 
-    replay = details["extras"]["evo_replay"]
+    evo_replay = details["extras"]["evo_replay"]
+    assert evo_replay["trials"] == 2 and evo_replay["seeds"] == [0]
+    (replay,) = evo_replay["workloads"]  # --only matmul: one workload
+    assert replay["workload"] == row["case"]
     assert replay["trials"] == 2 and replay["replay"]["strategy"] == "replay"
+    assert replay["per_seed"][0]["evolutionary"] is None  # the main run's curve
     assert replay["evolutionary_ms"] == row["history_ms"][1]
 
     png = path.with_suffix(".png")
@@ -76,21 +80,127 @@ def test_unknown_extra_is_refused(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-def test_evo_replay_alone_takes_the_median_over_seeds(tmp_path: Path) -> None:
+def test_evo_replay_alone_runs_every_workload_with_the_median_over_seeds(tmp_path: Path) -> None:
     code = main(
-        ["tune", "--quick", "--no-main", "--only", "matmul", "--extras", "evo_replay",
+        ["tune", "--quick", "--no-main", "--extras", "evo_replay",
          "--evo-seeds", "2", "--trials", "2", "--replay-trials", "2", "--out", str(tmp_path)]
     )  # fmt: skip
     assert code == 0
     (path,) = tmp_path.glob("tune_extras-*.json")
     result = json.loads(path.read_text(encoding="utf-8"))
     assert result["rows"] == []
-    e = result["tune"]["extras"]["evo_replay"]
-    assert e["seeds"] == [0, 1] and len(e["per_seed"]) == 2
-    for p in e["per_seed"]:
-        assert p["evolutionary"]["strategy"] == "evolutionary"
-        assert p["replay"]["strategy"] == "replay"
-        assert p["evolutionary"]["seed"] == p["replay"]["seed"] == p["seed"]
-    evo = sorted(p["evolutionary_ms"] for p in e["per_seed"])
-    assert e["evolutionary_ms"] == pytest.approx(sum(evo) / 2)
+    summary = result["tune"]["extras"]["evo_replay"]
+    assert summary["trials"] == 2 and summary["seeds"] == [0, 1]
+    entries = summary["workloads"]
+    assert [e["workload"] for e in entries] == [w.name for w in tune.QUICK_SUITE]
+    assert summary["suite_complete"] is False  # the quick suite is not issue 13's six
+    for e in entries:
+        assert e["seeds"] == [0, 1] and len(e["per_seed"]) == 2
+        for p in e["per_seed"]:
+            assert p["evolutionary"]["strategy"] == "evolutionary"
+            assert p["replay"]["strategy"] == "replay"
+            assert p["evolutionary"]["seed"] == p["replay"]["seed"] == p["seed"]
+            assert p["evolutionary"]["case"].startswith(e["workload"])
+        evo = sorted(p["evolutionary_ms"] for p in e["per_seed"])
+        assert e["evolutionary_ms"] == pytest.approx(sum(evo) / 2)
+        c = e["checkpoints"]["2"]
+        assert (c["evolutionary_ms"], c["replay_ms"]) == (e["evolutionary_ms"], e["replay_ms"])
+
+    # The summary counts agree with the per-workload medians.
+    assert list(summary["ahead_at"]) == ["2"]
+    ahead = [e["workload"] for e in entries if e["evolutionary_ms"] < e["replay_ms"]]
+    assert summary["ahead_at"]["2"] == {
+        "ahead": len(ahead), "of": 2, "unknown": 0, "workloads_ahead": ahead,
+    }  # fmt: skip
+    assert summary["ahead_at"] == tune.evo_replay_ahead(entries)
+
+    (_caption, table, _note) = tune.report_tables(result)[0]
+    _headers, rows = table
+    assert sum(r[0].startswith("evolutionary vs replay, ") for r in rows) == 2
+    assert rows[-1][0] == "evolutionary ahead of replay (median of 2 seeds)"
+    assert rows[-1][1] == f"{len(ahead)} of 2 workloads at 2 trials"
+    assert rows[-1][2] == "–"  # not the six suite workloads: the count only
+    assert text_table(table)
     assert path.with_suffix(".png").exists()
+
+
+def _entry(name: str, trials: int, evo: dict[int, float], rep: dict[int, float]) -> dict:
+    """An evo_vs_replay dict with the given medians (no runs)."""
+    return {
+        "workload": name, "trials": trials, "seeds": [0, 1, 2],
+        "evolutionary_ms": evo[trials], "replay_ms": rep[trials],
+        "evolutionary_ahead": evo[trials] < rep[trials], "replay": {"history_ms": [rep[trials]]},
+        "per_seed": [],
+        "checkpoints": {str(n): {"evolutionary_ms": evo[n], "replay_ms": rep[n]} for n in evo},
+    }  # fmt: skip
+
+
+def test_evo_replay_summary_and_goal_over_the_six_workloads() -> None:
+    names = [w.name for w in tune.SUITE]
+    # Ahead on all at 64; at 256 ahead on four, behind on one, a tie on one.
+    entries = [
+        _entry(name, 256, {64: 1.0, 256: 0.5}, {64: 2.0, 256: 1.0 if i < 4 else (0.4 if i == 4 else 0.5)})
+        for i, name in enumerate(names)
+    ]  # fmt: skip
+    ahead = tune.evo_replay_ahead(entries)
+    assert {n: (a["ahead"], a["of"]) for n, a in ahead.items()} == {"64": (6, 6), "256": (4, 6)}
+    assert ahead["256"]["workloads_ahead"] == names[:4]
+    assert tune.suite_complete(entries) and not tune.suite_complete(entries[:5])
+    ex = {
+        "evo_replay": {"workloads": entries, "trials": 256, "seeds": [0, 1, 2], "ahead_at": ahead}
+    }
+    rows = tune.evo_replay_rows(ex, 0)
+    assert len(rows) == 6 * 2 + 1  # the budget and 64 per workload, the summary
+    assert rows[-1] == [
+        "evolutionary ahead of replay (median of 3 seeds)",
+        "6 of 6 workloads at 64 trials / 4 of 6 workloads at 256 trials",
+        "≥ 5 of 6: met at 64, not met at 256",
+    ]
+
+
+def _old_style(result: dict, *, bare: bool) -> dict:
+    """The result as older files had it: extras.evo_replay one workload's dict (`bare`: as
+    before --evo-seeds, without seeds, per_seed and checkpoints)."""
+    old = json.loads(json.dumps(result))
+    entry = old["tune"]["extras"]["evo_replay"]["workloads"][0]
+    if bare:
+        for key in ("seeds", "per_seed", "checkpoints"):
+            del entry[key]
+    old["tune"]["extras"]["evo_replay"] = entry
+    return old
+
+
+def test_report_renders_old_and_new_evo_replay(tmp_path: Path) -> None:
+    result = {
+        "seed": 0, "utc": "2026-01-01T00:00:00Z", "rows": [],
+        "tune": {"extras": {"evo_replay": {
+            "workloads": [_entry(name, 64, {16: 3.0, 64: 2.0}, {16: 2.5, 64: 2.5}) for name in ("a", "b")],
+            "trials": 64, "seeds": [0, 1, 2],
+        }}},
+    }  # fmt: skip
+    for e in result["tune"]["extras"]["evo_replay"]["workloads"]:
+        e["per_seed"] = [
+            {"seed": s, "evolutionary": {"history_ms": [3.0, 2.0]}, "replay": {"history_ms": [2.5]}}
+            for s in (0, 1)
+        ]
+    new_rows = tune.extras_table(result)[1]
+    assert [r[0] for r in new_rows] == [
+        "evolutionary vs replay, a, 64 trials, median of 3 seeds",
+        "evolutionary vs replay, b, 64 trials, median of 3 seeds",
+        "evolutionary ahead of replay (median of 3 seeds)",
+    ]
+    assert new_rows[-1][1] == "2 of 2 workloads at 64 trials"
+    for bare in (False, True):
+        old = _old_style(result, bare=bare)
+        assert len(tune.evo_replay_entries(old["tune"]["extras"])) == 1
+        headers, rows = tune.extras_table(old)
+        assert rows == [new_rows[0] if not bare else [
+            "evolutionary vs replay, a, 64 trials", "2 ms vs 2.5 ms", "evolutionary ahead"
+        ]]  # fmt: skip
+        assert text_table((headers, rows))
+        assert tune.extras_note(old)
+        if not bare:  # per-seed curves to draw
+            png = tune.plot(old, tmp_path / "old.png")
+            assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
+    png = tune.plot(result, tmp_path / "new.png")
+    assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
