@@ -35,3 +35,28 @@ def test_symbol_check_sees_calls() -> None:
     outer = program.body
     program = replace(program, body=replace(outer, kind="parallel"))
     assert {"pthread_create", "pthread_join"} <= undefined_symbols(emit_module(program, "t", num_threads=2))
+
+
+def test_intermediates_compacted_into_a_loop_live_on_the_stack() -> None:
+    # softmax fused into its row loop: x_max, x_exp and exp_sum are one row's worth each,
+    # allocated per row; on the stack there is no aligned_alloc/free per iteration.
+    import numpy as np
+
+    from codegen.kernel import compile_program
+    from ir.schedule import Schedule
+    from workers.verify import empty_outputs, verify
+
+    task = library_task("softmax", {"m": 33, "n": 257})
+    sch = Schedule(task.program)
+    row = sch.get_loops(sch.get_block("Y"))[0]
+    for name in ("exp_sum", "x_exp", "x_max"):
+        sch.compute_at(sch.get_block(name), row)
+    lowered = lower(sch.program)
+    assert not lowered.allocs, "every intermediate was compacted into the row loop"
+    assert not {"aligned_alloc", "malloc", "free"} & undefined_symbols(emit_module(lowered, "softmax"))
+    kernel = compile_program(sch.program)
+    inputs = task.make_inputs(0)
+    outputs = empty_outputs(task.output_specs())
+    kernel(*inputs, *outputs)
+    assert verify(outputs, task.reference(inputs), task.output_names, task.reduction_length) is None
+    assert np.isfinite(outputs[0]).all()
