@@ -178,7 +178,7 @@ class FunctionEmitter:
             emit_parallel_loop(self, s)
             return
         if s.kind == "vectorized" and self.vec is None:
-            plan = plan_vector_loop(s, self.m.max_lanes(s))
+            plan = plan_vector_loop(s, self.m.register_lanes, vector_cap(self.m.vector_bits))
             if plan is not None:
                 self._vector_loop(s, plan)
                 return
@@ -503,8 +503,10 @@ class ModuleEmitter:
         self._outlined += 1
         return f"{self.symbol}.{base}{self._outlined}"
 
-    def max_lanes(self, loop: For) -> int:
-        return vector_cap(self.vector_bits)
+    @property
+    def register_lanes(self) -> int:
+        """32-bit lanes of one vector register."""
+        return max(1, self.vector_bits // 32)
 
     def emit_kernel(self, program: Program) -> None:
         fn = ll.Function(self.module, ll.FunctionType(I32, [PTR] * len(program.params)), name=self.symbol)

@@ -11,6 +11,7 @@ from codegen.emit import emit_module
 from codegen.jit import compile_ir
 from codegen.kernel import compile_program
 from codegen.target import Target
+from codegen.vector import default_lanes
 from ir.lower import lower
 from ir.program import Program
 from ir.task import Task, library_task
@@ -50,6 +51,27 @@ def test_vector_width_hint_and_remainder() -> None:
     text = emit_module(lower(program), "k")
     assert "<8 x float>" in text and "<16 x float>" not in text
     run_and_verify(task, program)  # 2 chunks of 8 plus a scalar tail of 4
+
+
+def test_default_lanes_are_whole_registers_a_power_of_two_of_them() -> None:
+    assert default_lanes(24, 8, 32) == 8  # three AVX2 registers
+    assert default_lanes(48, 8, 32) == 16
+    assert default_lanes(96, 8, 32) == 32
+    assert default_lanes(48, 16, 64) == 16  # three AVX-512 registers
+    assert default_lanes(96, 16, 64) == 32  # over the cap: no scalar tail of 32
+    assert default_lanes(16, 8, 32) == 16
+    assert default_lanes(1024, 8, 32) == 32
+    assert default_lanes(12, 8, 32) == 12  # not whole registers: one vector, LLVM pads it
+    assert default_lanes(37, 8, 32) == 32
+
+
+def test_a_tile_of_three_registers_is_emitted_as_three_vectors() -> None:
+    # What `repair` can make of a 32-wide tile: a 48-wide vectorized loop without a hint.
+    task = library_task("gelu", {"m": 3, "n": 48})
+    program = with_loop(task.program, "j", "vectorized")
+    text = emit_module(lower(program), "k", vector_bits=512)
+    assert "<16 x float>" in text and "<48 x float>" not in text
+    run_and_verify(task, program)
 
 
 def _packed_ops(asm: str) -> list[str]:

@@ -1,18 +1,19 @@
 """The dense+bias+relu space (multi-level tiling): packed weights, register tiles that fill
 the registers in whole vectors, bias + relu folded into the tile's write-back, and
-non-power-of-two vector tiles emitted register by register."""
+non-power-of-two vector tiles emitted register by register (codegen's default lanes)."""
 
 from __future__ import annotations
 
 import random
 
+from codegen.emit import emit_module
 from codegen.target import Target
+from ir.lower import lower
 from ir.printer import print_program
 from ir.schedule.state import all_blocks, loops_above
 from ir.task import library_task
 from tests.tuner.space.spacecheck import check_correct
 from tuner.space import default_space
-from tuner.space.postprocs.rewrite_vectorize import vector_width
 from tuner.trace.trace import Trace
 
 AVX2_1 = Target.parse("llvm -mcpu=znver3 -mattr=+avx,+avx2,+fma -num-threads=1")
@@ -26,15 +27,6 @@ def _tiles(rules: Trace) -> list[list[int]]:
         for k, inst in enumerate(rules.instructions)
         if inst.kind == "sample_perfect_tile"
     ]
-
-
-def test_vector_width_splits_non_power_of_two_tiles_into_registers() -> None:
-    assert vector_width(24, 8, 32) == 8
-    assert vector_width(48, 8, 32) == 16
-    assert vector_width(96, 8, 32) == 32
-    assert vector_width(16, 8, 32) is None  # codegen's default is right
-    assert vector_width(1024, 8, 32) is None
-    assert vector_width(12, 8, 32) is None  # not whole registers: left to codegen
 
 
 def test_sampled_register_tiles_fill_half_the_registers_in_whole_vectors() -> None:
@@ -93,7 +85,8 @@ def test_the_space_holds_the_packed_register_tiled_structure_with_the_epilogue_f
     assert "max(XW_local" in text and "bias[" in text
     loops = loops_above(program, "XW")
     assert [lp.kind for lp in loops[-2:]] == ["unrolled", "vectorized"]
-    assert dict(loops[-1].annotations).get("vector_width") == 8
+    ir_text = emit_module(lower(program), "dense", vector_bits=256)
+    assert "<8 x float>" in ir_text and "<24 x float>" not in ir_text  # three registers, not one odd vector
     assert int(loops[-1].extent.value) == 24 and int(loops[-2].extent.value) == 4  # type: ignore[attr-defined]
     wb_loops = loops_above(program, writeback.block.name)
     assert [int(lp.extent.value) for lp in wb_loops[-2:]] == [4, 24]  # type: ignore[attr-defined]

@@ -3,15 +3,10 @@
 Under a nest whose `loomtune.vectorize` annotation is positive, each block's
 innermost loop is vectorized when it is serial, of constant extent >= 2 and
 spatial for every block under it (and the primitive accepts it). Codegen
-picks the lanes (the extent up to 4 registers) and falls back to a serial
-loop where vector code could change the result, so this never breaks a kernel.
-
-An extent that is a multiple of the target's lanes but not a power of two
-(a register tile 24 wide: three AVX2 registers) gets a `vector_width`
-annotation: the widest power-of-two number of registers (at most 4) that
-divides it. Left to codegen it would be one `<24 x float>` vector, which LLVM
-legalises with shuffles: dense 128x768->3072 with a 4 x 24 tile ran 59-105 ms
-instead of 11 ms.
+picks the lanes (`codegen.vector.default_lanes`: whole registers, a power of
+two of them, so a register tile 24 wide runs as three AVX2 vectors, also after
+`repair` changed the tile) and falls back to a serial loop where vector code
+could change the result, so this never breaks a kernel.
 """
 
 from __future__ import annotations
@@ -42,20 +37,4 @@ class RewriteVectorize(Postproc):
             if any(loop_role(b, lp) != "spatial" for b in blocks_under(lp)):
                 continue
             if is_legal(sch.program, lambda s, n=lp.var.name: s.vectorize(n)):
-                handle = sch.get_loops(sch.get_block(name))[-1]
-                sch.vectorize(handle)
-                lanes = vector_width(int(lp.extent.value), ctx.lanes, ctx.max_vector_extent)
-                if lanes is not None:
-                    sch.annotate(handle, "vector_width", lanes)
-
-
-def vector_width(extent: int, lanes: int, cap: int) -> int | None:
-    """The lanes to emit a vectorized loop of `extent` with, where codegen's default
-    (the extent itself, up to `cap`) would be a vector of a non-power-of-two width;
-    None where the default is right."""
-    if extent % lanes or (extent & (extent - 1)) == 0:
-        return None
-    width = lanes
-    while width * 2 <= cap and extent % (width * 2) == 0:
-        width *= 2
-    return width
+                sch.vectorize(sch.get_loops(sch.get_block(name))[-1])
