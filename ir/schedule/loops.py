@@ -228,16 +228,18 @@ def _check_disjoint_writes(program: Program, r: BlockRealize, lp: For, kind: str
     block) must move by at least its extent, in some dimension, from one iteration
     to the next.
     """
-    from ir.lower.simplify import _linear
+    from ir.lower.simplify import _linear, simplify_expr
     from ir.schedule.analysis import loop_ranges, relaxed_region
 
     chain = loops_above(program, r.block.name)
     inner = chain[[f.var.name for f in chain].index(lp.var.name) + 1 :]
     relax = loop_ranges(inner)
+    ranges = loop_ranges(chain)
     binds = bindings(r)
     for w in r.block.writes:
         shape = w.buffer.concrete_shape()
-        idx = tuple(substitute(rng.min, binds) for rng in w.region)
+        # simplified under the loops' ranges: a packed panel's (o*32 + i) // 32 is o
+        idx = tuple(simplify_expr(substitute(rng.min, binds), ranges) for rng in w.region)
         region = relaxed_region(idx, relax, shape)  # type: ignore[arg-type]
         ok = False
         for mn, ext in region:

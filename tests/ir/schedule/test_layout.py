@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from codegen.emit import emit_module
+from ir.lower import lower
 from ir.printer import print_program
 from ir.schedule import Schedule
 from ir.schedule.layout import IndexMap, panel_map
+from ir.schedule.state import ScheduleError
 from ir.task import library_task
 from tests.ir.schedule.schedcheck import assert_correct, assert_refused
 
@@ -30,6 +33,20 @@ def test_pack_with_a_callable_and_then_tile() -> None:
     j0, j1 = sch.split("j", [None, 16])
     sch.reorder(j0, "r", j1)
     sch.vectorize(j1)
+    assert_correct(task, sch.program)
+
+
+def test_the_copy_vectorizes_once_its_loop_is_split_by_the_panel_width() -> None:
+    task = library_task("matmul", {"m": 8, "n": 96, "k": 5})
+    sch = Schedule(task.program)
+    packed = sch.transform_layout("C", "B", panel_map(32))
+    _, n = sch.get_loops(packed)
+    with pytest.raises(ScheduleError, match="overlapping"):
+        sch.vectorize(n)  # n // 32, n % 32: lanes of one vector could collide, as far as it can tell
+    _, lane = sch.split(n, [None, 32])
+    sch.vectorize(lane)  # (o * 32 + i) // 32 is o under i's range: one panel row per vector
+    text = emit_module(lower(sch.program), "k", vector_bits=256)
+    assert "store <32 x float>" in text
     assert_correct(task, sch.program)
 
 

@@ -90,4 +90,6 @@ def test_the_space_holds_the_packed_register_tiled_structure_with_the_epilogue_f
     assert int(loops[-1].extent.value) == 24 and int(loops[-2].extent.value) == 4  # type: ignore[attr-defined]
     wb_loops = loops_above(program, writeback.block.name)
     assert [int(lp.extent.value) for lp in wb_loops[-2:]] == [4, 24]  # type: ignore[attr-defined]
+    pack_loops = loops_above(program, "W_packed")  # the copy: one panel row per vectorized loop
+    assert pack_loops[-1].kind == "vectorized" and int(pack_loops[-1].extent.value) == 24  # type: ignore[attr-defined]
     check_correct(task, trace, Target.host(1))
