@@ -78,9 +78,11 @@ def _compact_one(body: Stmt, buf: Buffer) -> Stmt | None:
         return None
     common = _common_prefix([loops for _, loops in accesses])
     shape = buf.concrete_shape()
+    # Each index's linear form, once: every depth tried below relaxes the same forms.
+    forms = [[_linear(simplify_expr(idx)) for idx in indices] for indices, _ in accesses]
     for depth in range(len(common), 0, -1):
         anchor = common[depth - 1]
-        region = _union_region(accesses, depth, shape)
+        region = _union_region(accesses, forms, depth, shape)
         if region is None or not _disjoint_across(region, anchor):
             continue
         extents = [e for _, e in region]
@@ -102,28 +104,34 @@ def _common_prefix(chains: list[list[For]]) -> list[For]:
     return prefix
 
 
-def _union_region(accesses: list[Access], depth: int, shape: tuple[int, ...]) -> list[tuple[Expr, int]] | None:
-    """Per dimension (min, extent) over one iteration of the depth-th loop, or None."""
+Linear = tuple[dict[Expr, int], int] | None
+
+
+def _union_region(
+    accesses: list[Access], forms: list[list[Linear]], depth: int, shape: tuple[int, ...]
+) -> list[tuple[Expr, int]] | None:
+    """Per dimension (min, extent) over one iteration of the depth-th loop, or None.
+
+    `forms[a][d]` is the linear form of access a's d-th index (`_linear`)."""
     dims: list[list[tuple[dict[Expr, int], int, int]]] = [[] for _ in shape]
-    for indices, loops in accesses:
+    for (_, loops), lins in zip(accesses, forms):
         relax: dict[Var, tuple[int, int]] = {}
         for f in loops[depth:]:
             if not isinstance(f.extent, Const):
                 return None
             relax[f.var] = (0, int(f.extent.value) - 1)
-        for d, idx in enumerate(indices):
-            lin = _linear(simplify_expr(idx))
+        for d, lin in enumerate(lins):
             if lin is None:
                 return None
             terms, const = lin
             fixed: dict[Expr, int] = {}
             lo = hi = const
             for atom, c in terms.items():
-                inner = [v for v in _vars(atom) if v in relax]
-                if not inner:
+                atom_vars = _vars(atom)
+                if not any(v in relax for v in atom_vars):
                     fixed[atom] = c
                     continue
-                if any(v not in relax for v in _vars(atom)):
+                if any(v not in relax for v in atom_vars):
                     return None
                 rng = bound(atom, relax)
                 if rng is None:
