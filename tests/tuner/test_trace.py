@@ -221,3 +221,37 @@ def test_repair_keeps_vector_widths_aligned(decision: list[int], extent: int, n:
     repaired = repair_perfect_tile(decision, extent, n, bound)
     assert repaired == expected
     assert perfect_tile_fits(repaired, extent, n, bound) is None
+
+
+def _written_back_under(program: Program) -> list[str]:
+    """The loops of the write-back block (C_local: it copies the accumulator into C)."""
+    from ir.schedule.state import loops_above
+
+    return [lp.var.name for lp in loops_above(program, "C_local")]
+
+
+def test_sample_loop_moves_what_takes_its_output_through_replay_repair_and_both_forms() -> None:
+    task = library_task("matmul", PARAMS)
+    sch = TracedSchedule(task.program, rng=random.Random(0))
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    i0, i1 = sch.split(i, [4, 16])
+    j0, j1 = sch.split(j, [3, 16])
+    sch.reorder(i0, j0, k, i1, j1)
+    local = sch.cache_write(c, 0, "local")
+    at = sch.sample_loop([i0, j0], [0.5, 0.5], decision=0)
+    sch.reverse_compute_at(local, at)
+    trace = sch.trace
+    n = next(i for i, inst in enumerate(trace.instructions) if inst.kind == "sample_loop")
+    where = {d: _written_back_under(trace.with_decision(n, d).apply(task.program).program) for d in (0, 1)}
+    assert where[0] != where[1]  # the decision, not the recorded loop, says where
+    again = Trace.from_json(json.loads(json.dumps(trace.to_json())))
+    assert again == trace
+    moved = trace.with_decision(n, 1)
+    assert structural_hash(run_python(moved.as_python(), task.program).program) == structural_hash(
+        moved.apply(task.program).program
+    )
+    assert_correct(task, moved.apply(task.program).program, threads=1)
+    with pytest.raises(TraceError, match="sample_loop: decision 2 is not an index into 2 loops"):
+        trace.with_decision(n, 2).apply(task.program)
+    assert trace.with_decision(n, 2).apply(task.program, repair=True).trace.decisions[n] == 1

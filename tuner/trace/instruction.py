@@ -21,7 +21,7 @@ PRIMITIVES = (
     "cache_read", "cache_write", "decompose_reduction", "rfactor", "transform_layout",
     "pack_panels",
 )  # fmt: skip
-SAMPLING = ("sample_perfect_tile", "sample_categorical", "sample_compute_location")
+SAMPLING = ("sample_perfect_tile", "sample_categorical", "sample_compute_location", "sample_loop")
 KINDS = PRIMITIVES + SAMPLING
 PURE = ("get_block", "get_loops", "get_child_blocks", *SAMPLING)
 

@@ -189,6 +189,11 @@ class Trace:
                     f"sch.sample_categorical({list(attrs['candidates'])!r}, {list(attrs['probabilities'])!r}, "
                     f"decision={self.decisions.get(i)!r})"
                 )
+            elif k == "sample_loop":
+                call = (
+                    f"sch.sample_loop({args[0]}, {list(attrs['probabilities'])!r}, "
+                    f"decision={self.decisions.get(i)!r})"
+                )
             elif k == "sample_compute_location":
                 call = f"sch.sample_compute_location({args[0]}, decision={self.decisions.get(i)!r})"
             else:

@@ -280,6 +280,30 @@ class TracedSchedule:
         attrs = {"candidates": tuple(candidates), "probabilities": tuple(probabilities)}
         return self._record("sample_categorical", (), attrs, lambda: int(candidates[index]), decision=index)
 
+    def sample_loop(
+        self, loops: Sequence[LoopRV], probabilities: Sequence[float], decision: int | None = None
+    ) -> LoopRef:
+        """One of `loops`, drawn with `probabilities`: a structural choice (where a tile is
+        written back) that replay and mutation follow, because what comes after takes the
+        chosen loop as its input. A `sample_categorical` whose value only picked a loop in
+        Python would be recorded with that loop fixed: changing its decision changed nothing."""
+        if len(loops) != len(probabilities) or not loops:
+            raise TraceError("sample_loop needs as many probabilities as loops (at least one)")
+        if decision is None:
+            index = sampling.sample_categorical(self._need_rng("sample_loop"), probabilities)
+        else:
+            index = decision
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(loops):
+                if not self.repair:
+                    raise TraceError(
+                        f"instruction {len(self.instructions)} sample_loop: decision {index!r} is not an "
+                        f"index into {len(loops)} loops; replay with repair to re-choose it"
+                    )
+                index = min(max(int(index) if isinstance(index, int) else 0, 0), len(loops) - 1)
+        chosen = LoopRV(loop_name(loops[index]))
+        attrs = {"probabilities": tuple(probabilities)}
+        return self._record("sample_loop", (tuple(loops),), attrs, lambda: chosen, decision=index)
+
     def compute_location_candidates(self, block: BlockRV) -> list[str]:
         """Where `block` may go: the loops of its first consumer that enclose every consumer."""
         r = find_block(self.program, block_name(block))
@@ -354,6 +378,8 @@ def replay_instruction(sch: TracedSchedule, inst: Instruction, env: dict[str, An
         out = sch.sample_perfect_tile(_handle(args[0], k), attrs["n"], attrs["max_innermost_factor"], decision=decision)
     elif k == "sample_categorical":
         out = sch.sample_categorical(list(attrs["candidates"]), list(attrs["probabilities"]), decision=decision)
+    elif k == "sample_loop":
+        out = sch.sample_loop([_handle(a, k) for a in args[0]], list(attrs["probabilities"]), decision=decision)
     else:  # sample_compute_location
         out = sch.sample_compute_location(_handle(args[0], k), decision=decision)
     outs = out if isinstance(out, list) else ([] if out is None else [out])

@@ -53,11 +53,7 @@ def _packed_4x24(space, task) -> Trace:  # type: ignore[no-untyped-def]
     for seed in range(200):
         rules = space.rule_part(space.sample(random.Random(seed)))
         kinds = [i.kind for i in rules.instructions]
-        levels = [
-            rules.decisions[i]
-            for i, inst in enumerate(rules.instructions)
-            if inst.kind == "sample_categorical" and tuple(inst.attr("candidates")) == (1, 2)
-        ]
+        levels = [rules.decisions[i] for i, inst in enumerate(rules.instructions) if inst.kind == "sample_loop"]
         if "pack_panels" in kinds and levels == [1]:  # written back after S1 (structural)
             break
     else:

@@ -20,7 +20,8 @@ STEPS = 1000
 
 
 def _base() -> tuple[Trace, SpaceContext]:
-    """The rule part of a conv2d sample: tiles, a sampled pad location, parallel and unroll choices."""
+    """The rule part of a conv2d sample: tiles, a sampled pad location, the write-back's loop,
+    parallel and unroll choices."""
     task = odd_task("conv2d_nhwc")
     space = default_space(task.program, AVX2_2_THREADS)
     rules = space.rule_part(space.sample(random.Random(2)))
@@ -55,12 +56,16 @@ def _check_invariants(base: Trace, trace: Trace, counts: dict[int, int]) -> None
             assert 0 <= d < len(inst.attr("candidates"))
         elif inst.kind == "sample_compute_location":
             assert -2 <= d < counts[i]
+        elif inst.kind == "sample_loop":
+            assert 0 <= d < len(inst.inputs[0])
 
 
 def _reachable(base: Trace, name: str, counts: dict[int, int]) -> int:
     """How many different decision sets the mutator can reach (a bound on distinct traces)."""
     if name == "compute-location":
         return math.prod(n + 2 for n in counts.values())
+    if name == "loop-choice":
+        return math.prod(len(i.inputs[0]) for i in base.instructions if i.kind == "sample_loop")
     key = {"parallel": PARALLEL, "unroll": UNROLL}.get(name)
     if key is None:
         return 10**9

@@ -25,7 +25,8 @@ Then (each step as in docs/gemm.md):
   buffer that compaction shrinks to the tile (registers), written back once;
 - element-wise consumers (dense's bias + relu) are folded into that write-back
   (`reverse_compute_inline`), so the intermediate disappears;
-- where the write-back goes is sampled: at the end of S0 or of S1 (tile
+- where the write-back goes is sampled (`sample_loop`, so mutation and
+  replay follow the decision): at the end of S0 or of S1 (tile
   levels 1 or 2; both lie outside every reduction loop, as
   `reverse_compute_at` requires). `decompose_reduction` comes later, in a
   postprocessor: `reverse_compute_at` refuses once a reduction is decomposed.
@@ -156,12 +157,10 @@ class MultiLevelTiling(ScheduleRule):
         levels = [lv for lv in self.write_levels if 1 <= lv <= len(outer) and outer[lv - 1]]
         if not levels:
             return
-        level = (
-            levels[0]
-            if len(levels) == 1
-            else sch.sample_categorical(levels, [1 / len(levels)] * len(levels))
-        )
-        sch.reverse_compute_at(writeback, outer[int(level) - 1][-1])
+        loops = [outer[lv - 1][-1] for lv in levels]
+        # The loop itself is the sampled variable, so a changed decision moves the write-back.
+        at = loops[0] if len(loops) == 1 else sch.sample_loop(loops, [1 / len(loops)] * len(loops))
+        sch.reverse_compute_at(writeback, at)
 
     def _bound(self, k: int, role: str, vector_axis: int, ctx: SpaceContext) -> int:
         if role != "spatial":
