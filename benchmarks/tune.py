@@ -363,6 +363,7 @@ def tune_one(
         },
         "tune_s": tune_s,
         "loop_s": run.seconds,
+        "search_s": run.search_seconds,
         "candidates_per_s": run.trials_done / run.seconds if run.seconds else None,
         "statuses": statuses,
         "failures": dict(run.failures),
@@ -897,6 +898,7 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "workload",
         *[f"best @{c} ms" for c in checkpoints],
         "tuning s",
+        "of which search s",
         "cand/s",
         "final ms",
         "numpy ms",
@@ -913,6 +915,7 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         cells += [fmt(r["checkpoints_ms"].get(str(c))) for c in checkpoints]
         cells += [
             f"{r['tune_s']:.0f}",
+            "–" if r.get("search_s") is None else f"{r['search_s']:.0f}",
             fmt(r["candidates_per_s"]),
             fmt(r["latency_ms"]),
             fmt(r["numpy_ms"]),
@@ -1112,7 +1115,7 @@ def note(result: dict[str, Any]) -> str:
         "numpy"
         + (f" and PyTorch {tune['torch']} (1 thread)" if tune.get("torch") else "")
         + " in one call; × = their time / loomtune's. conv2d's numpy is the library's reference "
-        "(sliding windows + tensordot: im2col + GEMM). Tuning s: the whole `tune_task` call; cand/s: trials / the loop's time.",
+        "(sliding windows + tensordot: im2col + GEMM). Tuning s: the whole `tune_task` call; search s: of that, the strategy proposing and learning (the measurement processes wait meanwhile); cand/s: trials / the loop's time.",
     ]
     if not tune.get("torch"):
         parts.append("PyTorch was not installed: no PyTorch column.")

@@ -55,6 +55,8 @@ class TuneRun:
     exhausted: bool = False
     interrupted: bool = False
     seconds: float = 0.0
+    search_seconds: float = 0.0
+    """Of `seconds`, the time the strategy spent proposing and observing (the rest is measuring)."""
     best_trial: Trial | None = None
 
     @property
@@ -133,7 +135,9 @@ def tune_loop(
             if should_stop is not None and should_stop():
                 run.interrupted = True
                 break
+            t_search = time.perf_counter()
             traces = strategy.propose(min(batch_size, trials - run.trials_done))
+            run.search_seconds += time.perf_counter() - t_search
             if not traces:
                 run.exhausted = True
                 break
@@ -163,7 +167,9 @@ def tune_loop(
                     run.best_trial = trial
                 if on_trial is not None:
                     on_trial(trial)
+            t_search = time.perf_counter()
             strategy.observe(traces[: len(results)], results)
+            run.search_seconds += time.perf_counter() - t_search
             if run.interrupted:
                 break
     except KeyboardInterrupt:

@@ -155,3 +155,19 @@ def test_a_seeded_run_gives_identical_traces_in_a_fresh_process() -> None:
     tune_loop(task, "t", strategy=make_strategy("replay", ctx, 7), runner=SimulatedRunner(), database=db,
               trials=16, on_trial=lambda t: seen.append([t.trace.hash, t.result.median_ms]))  # fmt: skip
     assert seen == runs[0]
+
+
+def test_search_time_is_the_strategys_share_of_the_run() -> None:
+    """`search_seconds` counts propose and observe, not the wait for measurements."""
+    import time
+
+    task = library_task("matmul", {"m": 64, "n": 48, "k": 32})
+
+    class SlowRunner(SimulatedRunner):
+        def submit(self, task, target, traces):
+            time.sleep(0.2)
+            return super().submit(task, target, traces)
+
+    run = _run(task, InMemoryDatabase(), 16, batch_size=8, runner=SlowRunner())
+    assert run.trials_done == 16
+    assert 0 < run.search_seconds < run.seconds - 0.35
