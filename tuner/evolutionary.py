@@ -31,19 +31,15 @@ import numpy as np
 
 from ir.errors import LoomtuneError
 from ir.library import OPS
-from ir.program import Program
-from ir.schedule import ScheduleError
 from ir.task import Task, custom_task, library_task
 from tuner.cost_model import DEFAULT_OBJECTIVE, XGBCostModel
 from tuner.database import TuningRecord
 from tuner.features import program_features
 from tuner.runner import MeasureResult
-from tuner.space.base import SpaceRejected
+from tuner.search_pool import REJECTED, Job, SearchPool, trace_features
 from tuner.strategy import SearchContext, register_strategy
 from tuner.trace.errors import TraceError
 from tuner.trace.trace import Trace
-
-_REJECTED = (SpaceRejected, ScheduleError, TraceError)
 
 
 @dataclass(frozen=True)
@@ -60,6 +56,8 @@ class EvolutionaryConfig:
         warm_start_records: stored records of the target the model learns from at the start.
         other_shapes: best traces of the same operator at other parameters
             (repaired to this shape) that join the first population.
+        processes: processes that make and featurize children
+            (`tuner.search_pool`; default: the usable cores).
     """
 
     population: int = 48
@@ -70,6 +68,7 @@ class EvolutionaryConfig:
     min_samples: int = 16
     warm_start_records: int = 256
     other_shapes: int = 8
+    processes: int | None = None
 
 
 def _task_of(record: TuningRecord) -> Task:
@@ -90,6 +89,7 @@ class EvolutionaryStrategy:
         self.proposed: set[str] = set()
         self.measured: dict[str, tuple[Trace, float]] = {}  # hash -> (trace, latency) of ok results
         self._features: dict[str, np.ndarray | None] = {}
+        self.pool = SearchPool(context.space, context.task.program, self.config.processes)
         self._warm_start()
 
     def _repaired(self, record: TuningRecord) -> Trace | None:
@@ -108,22 +108,15 @@ class EvolutionaryStrategy:
                 fitted = rules.apply(self.context.task.program, repair=True, rng=self.rng).trace
                 return complete(fitted)
             return trace.apply(self.context.task.program, repair=True, rng=self.rng).trace
-        except (*_REJECTED, RecursionError):
+        except (*REJECTED, RecursionError):
             return None
 
     # -- features --------------------------------------------------------------------
 
-    def _feature(self, trace: Trace, program: Program | None = None) -> np.ndarray | None:
+    def _feature(self, trace: Trace) -> np.ndarray | None:
         h = trace.hash
         if h not in self._features:
-            try:
-                cached = getattr(self.context.space, "scheduled_program", None)
-                scheduled = cached(trace) if cached is not None else None
-                if scheduled is None:
-                    scheduled = trace.apply(program or self.context.task.program).program
-                self._features[h] = program_features(scheduled)
-            except (*_REJECTED, RecursionError):
-                self._features[h] = None
+            self._features[h] = trace_features(self.context.space, self.context.task.program, trace)
         return self._features[h]
 
     def _warm_start(self) -> None:
@@ -156,7 +149,7 @@ class EvolutionaryStrategy:
                 continue
             try:
                 f = program_features(Trace.from_json(r.trace).apply(task.program).program)
-            except (*_REJECTED, RecursionError):
+            except (*REJECTED, RecursionError):
                 continue
             feats.append(f)
             lats.append(r.median_ms)
@@ -170,17 +163,19 @@ class EvolutionaryStrategy:
         h = trace.hash
         return h not in self.proposed and h not in self.measured and self.context.is_new(h)
 
-    def _sample(self) -> Trace | None:
-        try:
-            return self.context.space.sample(self.rng)
-        except _REJECTED:
-            return None
+    def _children(self, parents: Sequence[Trace | None]) -> list[Trace]:
+        """One child per parent (a fresh sample for None), made by the search pool.
 
-    def _mutate(self, trace: Trace) -> Trace | None:
-        try:
-            return self.context.space.mutate(trace, self.rng)
-        except _REJECTED:
-            return None
+        Seeds are drawn here, in order, so the children do not depend on how
+        many processes made them. Refused and unlowerable children are dropped.
+        """
+        jobs = [Job(self.rng.getrandbits(64), parent) for parent in parents]
+        out = []
+        for trace, features in self.pool.children(jobs):
+            if trace is not None:
+                self._features.setdefault(trace.hash, features)
+                out.append(trace)
+        return out
 
     def _score(self, traces: Sequence[Trace]) -> list[float]:
         feats = [self._feature(t) for t in traces]
@@ -213,17 +208,19 @@ class EvolutionaryStrategy:
             add(trace)
         for trace in self.seeds:
             add(trace)
-        for _ in range(cfg.population * 2):
-            if len(seen) >= cfg.population:
+        for _ in range(2):  # a space that refuses many samples gets a second round
+            missing = cfg.population - len(seen)
+            if missing <= 0:
                 break
-            add(self._sample())
+            for t in self._children([None] * missing):
+                add(t)
         population = list(seen.values())
         if not population:
             return []
         for _ in range(cfg.generations):
             scores = self._score(population)
-            for _ in range(cfg.population):
-                add(self._mutate(self._pick_parent(population, scores)))
+            for t in self._children([self._pick_parent(population, scores) for _ in range(cfg.population)]):
+                add(t)
             everyone = list(seen.values())
             ranked = sorted(zip(self._score(everyone), range(len(everyone))), key=lambda si: -si[0])
             population = [everyone[i] for _, i in ranked[: cfg.population]]
@@ -243,13 +240,14 @@ class EvolutionaryStrategy:
             if self._is_new(everyone[i]):
                 out.append(everyone[i])
                 self.proposed.add(everyone[i].hash)
-        for _ in range(16 * n + 64):
-            if len(out) >= n:
-                break
-            t = self._sample()
-            if t is not None and self._is_new(t):
-                out.append(t)
-                self.proposed.add(t.hash)
+        attempts = 16 * n + 64  # fresh samples; a small space repeats itself often
+        while len(out) < n and attempts > 0:
+            batch = min(attempts, 2 * (n - len(out)) + 4)
+            attempts -= batch
+            for t in self._children([None] * batch):
+                if len(out) < n and self._is_new(t):
+                    out.append(t)
+                    self.proposed.add(t.hash)
         return out
 
     # -- learning ----------------------------------------------------------------------

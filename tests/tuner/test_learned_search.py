@@ -188,3 +188,24 @@ def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
     per_flop = seen_run.history[-1] / seen.flops
     assert warm_run.history[-1] <= 1.1 * per_flop * new.flops
     assert warm_run.history[-1] <= seen_run.history[7] * new.flops / seen.flops
+
+
+def test_the_search_proposes_the_same_traces_in_one_process_or_several() -> None:
+    """Children carry their own seeds: how many processes make them changes nothing."""
+    from codegen.target import Target
+    from tuner import search_pool
+    from tuner.evolutionary import EvolutionaryConfig
+    from tuner.space import default_space
+
+    task = library_task("dense", {"m": 64, "n": 96, "k": 48, "bias": 1, "relu": 1})
+    target = Target.host(1)
+    proposals = []
+    for processes in (1, 3):
+        db = InMemoryDatabase()
+        ctx = SearchContext(task, target.canonical(), default_space(task.program, target), db)
+        strategy = EvolutionaryStrategy(ctx, 5, EvolutionaryConfig(population=16, processes=processes))
+        first = strategy.propose(8)
+        strategy.observe(first, [SimulatedRunner().measure(task, t) for t in first])
+        proposals.append([t.hash for t in first + strategy.propose(8)])
+    assert len(search_pool._HELPERS) == 3 and all(h.alive() for h in search_pool._HELPERS)  # they ran
+    assert proposals[0] == proposals[1] and len(set(proposals[0])) == 16

@@ -79,6 +79,12 @@ class RuleSpace:
         self.mutate_tries = mutate_tries
         self._programs: OrderedDict[str, Program] = OrderedDict()
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the programs it built (the search ships spaces to its processes)."""
+        state = dict(self.__dict__)
+        state["_programs"] = OrderedDict()
+        return state
+
     # -- the DesignSpace contract ----------------------------------------------------
 
     def sample(self, rng: random.Random) -> Trace:

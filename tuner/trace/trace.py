@@ -23,6 +23,7 @@ Replaying a trace without a decision samples it (an rng is then required).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -149,9 +150,11 @@ class Trace:
     def canonical_json(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
 
-    @property
+    @functools.cached_property
     def hash(self) -> str:
-        """sha256 of the canonical JSON: the identity of a candidate across processes."""
+        """sha256 of the canonical JSON: the identity of a candidate across processes.
+
+        Computed once per trace (the search asks for it thousands of times per round)."""
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
     # -- Python ---------------------------------------------------------------------
