@@ -292,6 +292,13 @@ def _pool_cpu(pool: Any) -> float:
     return sum(process_cpu_s(getattr(p, "pid", None)) for p in pool.processes)
 
 
+def _search_cpu() -> float:
+    """CPU seconds of the evolutionary search's helper processes (`tuner.search_pool`) so far."""
+    from tuner.search_pool import helper_pids
+
+    return sum(process_cpu_s(pid) for pid in helper_pids())
+
+
 def tune_one(
     ctx: Context,
     task: Task,
@@ -322,9 +329,9 @@ def tune_one(
 
     if ctx.quiet_wait_s > 0:
         harness.wait_until_quiet(ctx.quiet_wait_s)
-    children_before = 0.0
+    search_before = _search_cpu()
     before = harness.cpu_snapshot()
-    helped = 0.0
+    helped = searched = 0.0
     try:
         start = time.perf_counter()
         outcome = tune_task(
@@ -333,12 +340,13 @@ def tune_one(
             runner=pool, on_trial=on_trial, compare=False,
         )  # fmt: skip
         tune_s = time.perf_counter() - start
-        helped = _pool_cpu(pool) - children_before
+        helped = _pool_cpu(pool)
+        searched = max(0.0, _search_cpu() - search_before)
     finally:
         pool.close()
     after = harness.cpu_snapshot()
     if after is not None:
-        after = _add_own(after, helped)
+        after = _add_own(after, helped + searched)
     load = harness.others_load(before, after)
     run = outcome.run
     history = list(run.history)
@@ -372,6 +380,7 @@ def tune_one(
         "best_trace": best_trace.as_python() if best_trace is not None else None,
         "best_trace_json": best_trace.to_json() if best_trace is not None else None,
         "pool_cpu_s": helped,
+        "search_cpu_s": searched,
         "tuning_others_load": load,
         "tuning_contended": harness.is_contended(load),
     }
@@ -637,13 +646,14 @@ def scheduler(ctx: Context, workloads: Sequence[Workload], per_task: int) -> dic
         pool = LocalPool(threads=1)
         if ctx.quiet_wait_s > 0:
             harness.wait_until_quiet(ctx.quiet_wait_s)
+        search_before = _search_cpu()
         before = harness.cpu_snapshot()
         start = time.perf_counter()
         try:
             outcome = tune_tasks(tasks, threads=1, trials=budget, seed=ctx.seed, database=database,
                                  runner=pool, policy=policy, compare=False)  # fmt: skip
             seconds = time.perf_counter() - start
-            helped = _pool_cpu(pool)
+            helped = _pool_cpu(pool) + max(0.0, _search_cpu() - search_before)
         finally:
             pool.close()
         after = harness.cpu_snapshot()
@@ -1329,7 +1339,7 @@ def run_and_write(
     before = harness.cpu_snapshot()
     rows, extra = run(log=log, **kwargs)
     after = harness.cpu_snapshot()
-    helped = sum(r.get("pool_cpu_s") or 0.0 for r in _all_rows(rows, extra["tune"]))
+    helped = sum((r.get("pool_cpu_s") or 0.0) + (r.get("search_cpu_s") or 0.0) for r in _all_rows(rows, extra["tune"]))
     if after is not None:
         after = dataclasses.replace(after, own=after.own + helped)
     result: dict[str, Any] = {

@@ -168,6 +168,11 @@ def _helpers(n: int) -> list[_Helper]:
     return _HELPERS[:n]
 
 
+def helper_pids() -> list[int]:
+    """The live helper processes (the benchmarks count their CPU time as the tuner's)."""
+    return [h.process.pid for h in _HELPERS if h.alive()]
+
+
 def shutdown() -> None:
     """Stop the helper processes (at exit); the next round starts new ones."""
     with _HELPERS_LOCK:

@@ -37,7 +37,8 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     known = [v for v in row["history_ms"] if v is not None]
     assert known == sorted(known, reverse=True)  # best so far never gets worse
     assert row["checkpoints_ms"] == {"4": row["history_ms"][3]}
-    assert row["tune_s"] >= row["loop_s"] > 0
+    assert row["tune_s"] >= row["loop_s"] > row["search_s"] > 0
+    assert row["pool_cpu_s"] > 0 and row["search_cpu_s"] >= 0  # the search's helpers count as ours
     assert row["candidates_per_s"] == pytest.approx(4 / row["loop_s"])
     assert row["best_trace"] and "def " in row["best_trace"]
     assert row["best_trace_json"]["instructions"]
