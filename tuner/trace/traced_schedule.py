@@ -261,22 +261,35 @@ class TracedSchedule:
         attrs = {"n": n, "max_innermost_factor": max_innermost_factor}
         return self._record("sample_perfect_tile", (loop,), attrs, lambda: list(chosen), decision=list(chosen))
 
+    def _choice(
+        self,
+        kind: str,
+        what: str,
+        count: int,
+        probabilities: Sequence[float],
+        decision: Any,
+        *,
+        allow_bool: bool = True,
+    ) -> int:
+        """The index a categorical sampler takes: drawn, or the decision checked (repaired on replay with repair)."""
+        if count != len(probabilities) or not count:
+            raise TraceError(f"{kind} needs as many probabilities as {what} (at least one)")
+        if decision is None:
+            return sampling.sample_categorical(self._need_rng(kind), probabilities)
+        index = decision
+        if not isinstance(index, int) or (isinstance(index, bool) and not allow_bool) or not 0 <= index < count:
+            if not self.repair:
+                raise TraceError(
+                    f"instruction {len(self.instructions)} {kind}: decision {index!r} is not an "
+                    f"index into {count} {what}; replay with repair to re-choose it"
+                )
+            index = min(max(int(index) if isinstance(index, int) else 0, 0), count - 1)
+        return index
+
     def sample_categorical(
         self, candidates: Sequence[int], probabilities: Sequence[float], decision: int | None = None
     ) -> IntRV:
-        if len(candidates) != len(probabilities) or not candidates:
-            raise TraceError("sample_categorical needs as many probabilities as candidates (at least one)")
-        if decision is None:
-            index = sampling.sample_categorical(self._need_rng("sample_categorical"), probabilities)
-        else:
-            index = decision
-            if not isinstance(index, int) or not 0 <= index < len(candidates):
-                if not self.repair:
-                    raise TraceError(
-                        f"instruction {len(self.instructions)} sample_categorical: decision {index!r} is not an "
-                        f"index into {len(candidates)} candidates; replay with repair to re-choose it"
-                    )
-                index = min(max(int(index) if isinstance(index, int) else 0, 0), len(candidates) - 1)
+        index = self._choice("sample_categorical", "candidates", len(candidates), probabilities, decision)
         attrs = {"candidates": tuple(candidates), "probabilities": tuple(probabilities)}
         return self._record("sample_categorical", (), attrs, lambda: int(candidates[index]), decision=index)
 
@@ -287,19 +300,7 @@ class TracedSchedule:
         written back) that replay and mutation follow, because what comes after takes the
         chosen loop as its input. A `sample_categorical` whose value only picked a loop in
         Python would be recorded with that loop fixed: changing its decision changed nothing."""
-        if len(loops) != len(probabilities) or not loops:
-            raise TraceError("sample_loop needs as many probabilities as loops (at least one)")
-        if decision is None:
-            index = sampling.sample_categorical(self._need_rng("sample_loop"), probabilities)
-        else:
-            index = decision
-            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(loops):
-                if not self.repair:
-                    raise TraceError(
-                        f"instruction {len(self.instructions)} sample_loop: decision {index!r} is not an "
-                        f"index into {len(loops)} loops; replay with repair to re-choose it"
-                    )
-                index = min(max(int(index) if isinstance(index, int) else 0, 0), len(loops) - 1)
+        index = self._choice("sample_loop", "loops", len(loops), probabilities, decision, allow_bool=False)
         chosen = LoopRV(loop_name(loops[index]))
         attrs = {"probabilities": tuple(probabilities)}
         return self._record("sample_loop", (tuple(loops),), attrs, lambda: chosen, decision=index)
