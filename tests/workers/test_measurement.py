@@ -44,7 +44,9 @@ def test_measurer_statuses_in_process() -> None:
     m = Measurer(worker="test")
     good = SimpleSpace(TASK.program).sample(random.Random(0))
     r = m.measure(TASK, TARGET, good)
-    assert r.ok and len(r.run_times_ms) == 3 and r.median_ms > 0 and r.compile_ms > 0 and r.llvm_version
+    # the task's first candidate is the best so far: its 3 repeats get a second look
+    assert r.extra["confirmed"] == m.confirm_repeat > 0
+    assert r.ok and len(r.run_times_ms) == 3 + m.confirm_repeat and r.median_ms > 0 and r.compile_ms > 0 and r.llvm_version
     phases = r.extra["phases_ms"]  # where the time went; compile_ms is the first four
     assert list(phases) == ["replay", "lower", "emit", "llvm", "verify", "timing"]
     assert all(v >= 0 for v in phases.values()) and phases["timing"] > 0
@@ -57,6 +59,22 @@ def test_measurer_statuses_in_process() -> None:
     # faults are ignored unless enabled in the environment
     assert "LOOMTUNE_TEST_FAULTS" not in os.environ
     assert m.measure(TASK, TARGET, _faulty("corrupt")).ok
+
+
+def test_only_contenders_get_extra_repeats() -> None:
+    """The task's first candidate and those near the best so far get more repeats; the rest keep 3."""
+    trace = _faulty("none", tile=8)
+    strict = Measurer(worker="strict", confirm_repeat=4, confirm_within=0.01)  # contender: 100x faster
+    first = strict.measure(TASK, TARGET, trace)
+    assert first.ok and first.extra["confirmed"] == 4 and len(first.run_times_ms) == 7
+    second = strict.measure(TASK, TARGET, trace)  # the same kernel is no contender by this bar
+    assert second.ok and second.extra["confirmed"] == 0 and len(second.run_times_ms) == 3
+    other = library_task("matmul", {"m": 16, "n": 24, "k": 8})  # a new task has no best yet
+    assert strict.measure(other, TARGET, Trace(())).extra["confirmed"] == 4
+    lenient = Measurer(worker="lenient", confirm_repeat=4, confirm_within=100.0)
+    assert [lenient.measure(TASK, TARGET, trace).extra["confirmed"] for _ in range(2)] == [4, 4]
+    plain = Measurer(worker="plain", confirm_repeat=0)  # no second looks at all
+    assert len(plain.measure(TASK, TARGET, trace).run_times_ms) == 3
 
 
 def test_process_crash_timeout_corrupt_and_oom_each_end_with_their_status() -> None:

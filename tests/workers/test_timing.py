@@ -11,7 +11,7 @@ import pytest
 import threadpoolctl
 
 from workers.machine import MachineInfo, limit_numpy_threads, machine_info
-from workers.timing import MeasureConfig, Timing, time_callable, time_interleaved
+from workers.timing import MeasureConfig, Timing, time_callable, time_interleaved, time_more
 
 
 class Counter:
@@ -107,6 +107,15 @@ def test_fixed_number_calls_warmup_plus_repeats_exactly() -> None:
     fn = Counter()
     time_callable(fn, MeasureConfig(warmup=3, number=4, repeat=5))
     assert fn.calls == 3 + 4 * 5
+
+
+def test_more_repeats_keep_the_first_samples_and_the_number() -> None:
+    fn = Counter()
+    config = MeasureConfig(warmup=1, number=4, repeat=2)
+    first = time_callable(fn, config)
+    more = time_more(fn, first, 3, config)
+    assert more.times_ms[:2] == first.times_ms and len(more.times_ms) == 5 and more.number == 4
+    assert fn.calls == 1 + 4 * 2 + 4 * 3  # no second warm-up or calibration
 
 
 def test_warmup_happens_with_auto_number() -> None:
