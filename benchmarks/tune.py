@@ -1120,8 +1120,8 @@ def note(result: dict[str, Any]) -> str:
     parts = [
         f"{tune['strategy']} search, {tune['trials']} trials per workload, 1 thread, a fresh SQLite database per "
         f"workload, the local pool of {tune['usable_cores']} one-thread measurement processes. "
-        "`best @N`: the best-so-far median after N trials as measured while tuning (short repeats, the other "
-        "core measuring the next candidate). `final`: the best kernel re-timed in this process, interleaved with "
+        "`best @N`: the best-so-far median after N trials as measured while tuning (3 short repeats, 9 for a "
+        "contender within 5% of the best; the other core measuring the next candidate). `final`: the best kernel re-timed in this process, interleaved with "
         "numpy"
         + (f" and PyTorch {tune['torch']} (1 thread)" if tune.get("torch") else "")
         + " in one call; × = their time / loomtune's. conv2d's numpy is the library's reference "
