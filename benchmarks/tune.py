@@ -54,6 +54,7 @@ from codegen.kernel import Kernel
 from codegen.target import Target
 from ir.task import Task, gflops, library_task
 from workers.machine import limit_numpy_threads
+from workers.measure import CONFIRM_REPEAT, CONFIRM_WITHIN, TUNING_CONFIG
 from workers.timing import MeasureConfig, Timing, time_interleaved
 from workers.verify import empty_outputs, verify
 
@@ -724,6 +725,12 @@ def run(
             "repeat": measure.repeat,
             "min_repeat_ms": measure.min_repeat_ms,
         },
+        "measure_tuning": {
+            "repeat": TUNING_CONFIG.repeat,
+            "min_repeat_ms": TUNING_CONFIG.min_repeat_ms,
+            "confirm_repeat": CONFIRM_REPEAT,
+            "confirm_within": CONFIRM_WITHIN,
+        },
         "usable_cores": len(os.sched_getaffinity(0)),
         "tvm": None,
         "extras": {},
@@ -1115,13 +1122,26 @@ def evo_replay_rows(ex: dict[str, Any], seed: int) -> list[list[str]]:
     return rows
 
 
+def _tuning_timing(tune: dict[str, Any]) -> str:
+    """How candidates were timed while tuning; results from before contenders were re-timed say less."""
+    m = tune.get("measure_tuning")
+    if m is None:
+        return "short repeats"
+    more = m["repeat"] + m["confirm_repeat"]
+    return (
+        f"{m['repeat']} repeats of at least {m['min_repeat_ms']:g} ms, {more} for a contender "
+        f"within {m['confirm_within'] - 1:.0%} of the best"
+    )
+
+
 def note(result: dict[str, Any]) -> str:
     tune = result["tune"]
     parts = [
         f"{tune['strategy']} search, {tune['trials']} trials per workload, 1 thread, a fresh SQLite database per "
         f"workload, the local pool of {tune['usable_cores']} one-thread measurement processes. "
-        "`best @N`: the best-so-far median after N trials as measured while tuning (3 short repeats, 9 for a "
-        "contender within 5% of the best; the other core measuring the next candidate). `final`: the best kernel re-timed in this process, interleaved with "
+        "`best @N`: the best-so-far median after N trials as measured while tuning ("
+        + _tuning_timing(tune)
+        + "; the other core measuring the next candidate). `final`: the best kernel re-timed in this process, interleaved with "
         "numpy"
         + (f" and PyTorch {tune['torch']} (1 thread)" if tune.get("torch") else "")
         + " in one call; × = their time / loomtune's. conv2d's numpy is the library's reference "
