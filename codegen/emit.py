@@ -191,8 +191,8 @@ class FunctionEmitter:
         del self.scope.vars[s.var]
 
     def _vector_loop(self, s: For, plan: VectorPlan) -> None:
-        """Main loop of `lanes`-wide chunks, then a scalar loop for the remainder."""
-        lanes, chunks, tail = plan.lanes, plan.chunks, plan.tail
+        """Main loop of `lanes`-wide chunks, then narrower vectors, then scalar code for a last lane."""
+        lanes, chunks = plan.lanes, plan.chunks
         if chunks:
             self.vec = VectorLane(s.var, lanes)
             with self.for_range(f"{s.var.name}.vec", ll.Constant(I64, 0), ll.Constant(I64, chunks)) as c:
@@ -200,8 +200,17 @@ class FunctionEmitter:
                 self.stmt(s.body)
             self.vec = None
             del self.scope.vars[s.var]
-        if tail:
-            self._serial_loop(s, ll.Constant(I64, chunks * lanes), ll.Constant(I64, chunks * lanes + tail))
+        start = chunks * lanes
+        for width in plan.segments:
+            self.vec = VectorLane(s.var, width)
+            self.scope.vars[s.var] = ll.Constant(I64, start)
+            self.stmt(s.body)
+            self.vec = None
+            del self.scope.vars[s.var]
+            start += width
+        end = chunks * lanes + plan.tail
+        if start < end:
+            self._serial_loop(s, ll.Constant(I64, start), ll.Constant(I64, end))
 
     def _store(self, s: BufferStore) -> None:
         b = self.builder

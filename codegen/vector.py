@@ -1,14 +1,18 @@
 """Vectorized loops: the vector width, and when a loop may be vectorized at all.
 
-A `vectorized` loop of extent N runs as N // W chunks of W lanes plus a scalar
-loop over the N % W remainder. W is the loop's `vector_width` annotation, else
-`default_lanes`: N itself when N is a power of two that fits the cap (4
-registers' worth: LLVM splits wide vectors into native registers, which also
-unrolls the loop body); for an N of whole registers that is not a power of two
-(48 = three AVX-512 registers) the widest power-of-two number of registers that
-divides it, so no lane is left to the scalar tail and LLVM never sees a
-`<48 x float>`, which it legalises with shuffles (dense 128x768->3072 with an
-8 x 48 register tile ran 127 ms instead of 6); else N up to the cap.
+A `vectorized` loop of extent N runs as N // W chunks of W lanes, then the
+N % W remainder as narrower vectors of a power of two lanes each (largest
+first, at least 2), then scalar code for a last lane. W is the loop's
+`vector_width` annotation, else `default_lanes`: N itself when N is a power of
+two that fits the cap (4 registers' worth: LLVM splits wide vectors into
+native registers, which also unrolls the loop body); for an N of whole
+registers that is not a power of two (48 = three AVX-512 registers) the widest
+power-of-two number of registers that divides it; for an N wider than a
+register but not whole registers, the widest power of two below it (40 lanes:
+32, then a remainder of 8). LLVM never sees a vector that spans registers
+without filling them, such as `<48 x float>` or `<40 x float>`: it legalises
+those with shuffles and spills (dense 128x768->3072 with an 8 x 48 register
+tile ran 127 ms instead of 6; matmul 1000³ with a repaired 8 x 40 tile, 483 ms).
 
 Vectorizing reorders work: every lane of an inner loop runs before the next
 iteration of that inner loop. The plan refuses (and codegen falls back to a
@@ -37,6 +41,17 @@ class VectorPlan:
     lanes: int
     chunks: int
     tail: int
+    """Lanes after the chunks: run as `segments`, then scalar code for what is left."""
+
+    @property
+    def segments(self) -> tuple[int, ...]:
+        """The tail's vectors, a power of two lanes each, widest first; at most one lane is left."""
+        out, rest = [], self.tail
+        while rest >= 2:
+            width = 1 << (rest.bit_length() - 1)
+            out.append(width)
+            rest -= width
+        return tuple(out)
 
 
 def vector_cap(vector_bits: int) -> int:
@@ -45,12 +60,16 @@ def vector_cap(vector_bits: int) -> int:
 
 def default_lanes(n: int, register_lanes: int, max_lanes: int) -> int:
     """The lanes of a vectorized loop of extent `n` without a `vector_width` hint."""
-    if n % register_lanes == 0 and n & (n - 1):
+    if n & (n - 1) == 0:
+        return min(n, max_lanes)
+    if n % register_lanes == 0:
         lanes = register_lanes
         while lanes * 2 <= max_lanes and n % (lanes * 2) == 0:
             lanes *= 2
         return lanes
-    return min(n, max_lanes)
+    if n > register_lanes:
+        return 1 << (min(n, max_lanes).bit_length() - 1)
+    return n  # less than a register: LLVM pads it
 
 
 def plan_vector_loop(loop: For, register_lanes: int, max_lanes: int) -> VectorPlan | None:

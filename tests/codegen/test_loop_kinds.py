@@ -11,9 +11,10 @@ from codegen.emit import emit_module
 from codegen.jit import compile_ir
 from codegen.kernel import compile_program
 from codegen.target import Target
-from codegen.vector import default_lanes
+from codegen.vector import default_lanes, plan_vector_loop
 from ir.lower import lower
-from ir.program import Program
+from ir.node import walk
+from ir.program import For, Program
 from ir.task import Task, library_task
 from tests.codegen.loopkit import with_loop
 from workers.verify import empty_outputs, verify
@@ -61,8 +62,23 @@ def test_default_lanes_are_whole_registers_a_power_of_two_of_them() -> None:
     assert default_lanes(96, 16, 64) == 32  # over the cap: no scalar tail of 32
     assert default_lanes(16, 8, 32) == 16
     assert default_lanes(1024, 8, 32) == 32
-    assert default_lanes(12, 8, 32) == 12  # not whole registers: one vector, LLVM pads it
+    assert default_lanes(12, 8, 32) == 8  # a register and a half: 8, then a vector of 4
+    assert default_lanes(40, 16, 64) == 32  # two and a half AVX-512 registers: 32, then 8
+    assert default_lanes(6, 8, 32) == 6  # less than a register: one vector, LLVM pads it
     assert default_lanes(37, 8, 32) == 32
+
+
+def test_a_remainder_runs_as_narrower_vectors_never_as_one_vector_across_registers() -> None:
+    # What `repair` makes of a 32-wide tile for n = 1000: 40 lanes, two and a half AVX-512
+    # registers. As one <40 x float> LLVM shuffled it lane by lane (matmul 1000³: 483 ms, 10.7 ms now).
+    task = library_task("gelu", {"m": 3, "n": 41})
+    program = with_loop(task.program, "j", "vectorized")
+    loop = next(n for n in walk(lower(program).body) if isinstance(n, For) and n.var.name == "j")
+    plan = plan_vector_loop(loop, 16, 64)
+    assert plan is not None and (plan.lanes, plan.chunks, plan.segments, plan.tail) == (32, 1, (8,), 9)
+    text = emit_module(lower(program), "k", vector_bits=512)
+    assert "<32 x float>" in text and "<8 x float>" in text and "<41 x float>" not in text and "<9 x float>" not in text
+    run_and_verify(task, program)  # 32 + 8 lanes as vectors, the last one scalar
 
 
 def test_a_tile_of_three_registers_is_emitted_as_three_vectors() -> None:
