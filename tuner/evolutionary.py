@@ -196,6 +196,10 @@ class EvolutionaryStrategy:
         return self.rng.choices(list(population), weights=weights, k=1)[0]
 
     def propose(self, n: int) -> list[Trace]:
+        if not self.model.trained and not self.measured:
+            # Nothing to evolve from and an untrained model's scores are random:
+            # evolving would only shuffle random samples. Measure fresh ones.
+            return self._fresh(self._seeds_first(n, n), n)
         cfg = self.config
         seen: dict[str, Trace] = {}
 
@@ -228,24 +232,33 @@ class EvolutionaryStrategy:
         scores = self._score(everyone)
         order = sorted(range(len(everyone)), key=lambda i: -scores[i])
         n_random = min(n, max(0, round(cfg.epsilon * n)))
-        out: list[Trace] = []
-        # Other shapes' best, repaired, are measured first: a new shape starts from them.
-        for t in self.seeds[: max(1, n // 2)]:
-            if len(out) < n - n_random and self._is_new(t):
-                out.append(t)
-                self.proposed.add(t.hash)
+        out = self._seeds_first(n, n - n_random)
         for i in order:
             if len(out) >= n - n_random:
                 break
             if self._is_new(everyone[i]):
                 out.append(everyone[i])
                 self.proposed.add(everyone[i].hash)
-        attempts = 16 * n + 64  # fresh samples; a small space repeats itself often
+        return self._fresh(out, n)
+
+    def _seeds_first(self, n: int, room: int) -> list[Trace]:
+        """Other shapes' best, repaired, are measured first (at most half of a batch of n,
+        and `room`): a new shape starts from them."""
+        out: list[Trace] = []
+        for t in self.seeds[: max(1, n // 2)]:
+            if len(out) < room and self._is_new(t):
+                out.append(t)
+                self.proposed.add(t.hash)
+        return out
+
+    def _fresh(self, out: list[Trace], n: int) -> list[Trace]:
+        """`out` topped up to n with new random samples of the space that lower."""
+        attempts = 16 * n + 64  # a small space repeats itself often
         while len(out) < n and attempts > 0:
             batch = min(attempts, 2 * (n - len(out)) + 4)
             attempts -= batch
             for t in self._children([None] * batch):
-                if len(out) < n and self._is_new(t):
+                if len(out) < n and self._is_new(t) and self._feature(t) is not None:
                     out.append(t)
                     self.proposed.add(t.hash)
         return out

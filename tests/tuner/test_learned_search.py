@@ -209,3 +209,24 @@ def test_the_search_proposes_the_same_traces_in_one_process_or_several() -> None
         proposals.append([t.hash for t in first + strategy.propose(8)])
     assert len(search_pool._HELPERS) == 3 and all(h.alive() for h in search_pool._HELPERS)  # they ran
     assert proposals[0] == proposals[1] and len(set(proposals[0])) == 16
+
+
+def test_a_fresh_search_samples_its_first_batch_and_evolves_once_it_has_results() -> None:
+    """With nothing measured and an untrained model, evolution would rank by random scores."""
+    from tuner.search_pool import Job
+
+    task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
+    ctx = SearchContext(task, TARGET, SimpleSpace(task.program), InMemoryDatabase())
+    strategy = EvolutionaryStrategy(ctx, 2)
+    jobs: list[list[Job]] = []
+    make = strategy.pool.children
+    strategy.pool.children = lambda batch: (jobs.append(list(batch)), make(batch))[1]  # type: ignore[method-assign]
+    first = strategy.propose(16)
+    assert len(first) == 16 and not strategy.model.trained
+    made = [j for batch in jobs for j in batch]
+    assert all(j.parent is None for j in made) and len(made) < 3 * 16  # no population, no mutants
+    strategy.observe(first, [SimulatedRunner().measure(task, t) for t in first])
+    jobs.clear()
+    second = strategy.propose(16)
+    assert strategy.model.trained and not {t.hash for t in second} & {t.hash for t in first}
+    assert sum(j.parent is not None for batch in jobs for j in batch) >= strategy.config.population
