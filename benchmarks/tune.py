@@ -18,7 +18,7 @@ The extras (each optional, each in the same run):
 
 - ``evo_replay``: on every workload of the run (``--only`` narrows it), the
   replay strategy for ``--replay-trials`` (64) trials against the evolutionary
-  search, each run in a fresh database, median over ``--evo-seeds`` seeds (the
+  search, each run in a fresh database, median over ``--seeds`` seeds (the
   main run's curve stands for the first seed's evolutionary run); how many
   workloads the evolutionary median is ahead on at 64 and 256 trials (issue
   13: at least 5 of the 6);
@@ -606,30 +606,59 @@ def evo_replay_all(
     }
 
 
-def reuse(ctx: Context, source_db: Path, warm_trials: int, cold_trials: int) -> dict[str, Any]:
-    """matmul 1000³ tuned in a copy of matmul 1024³'s database vs a cold start."""
+def reuse(
+    ctx: Context, source_db: Path, warm_trials: int, cold_trials: int, seeds: Sequence[int] = ()
+) -> dict[str, Any]:
+    """matmul 1000³ tuned in a copy of matmul 1024³'s database vs a cold start, per seed.
+
+    The verdict compares the medians over the seeds: one pair of runs differs by
+    less than runs of the same search with another seed.
+    """
     task = library_task("matmul", REUSE_TO)
-    warm_db = ctx.folder / "reuse-warm.sqlite"
-    shutil.copyfile(source_db, warm_db)
-    warm = tune_one(ctx, task, trials=warm_trials, strategy="evolutionary", db_file=warm_db,
-                    label="matmul 1000³ with 1024³'s records", final=True)  # fmt: skip
-    cold = tune_one(ctx, task, trials=cold_trials, strategy="evolutionary", db_file=ctx.folder / "reuse-cold.sqlite",
-                    label="matmul 1000³ cold", final=True)  # fmt: skip
-    w = warm["history_ms"][-1] if warm["history_ms"] else None
-    c = cold["history_ms"][-1] if cold["history_ms"] else None
+    seeds = list(seeds) or [ctx.seed]
+    runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for s in seeds:
+        tag = f" seed {s}" if len(seeds) > 1 else ""
+        warm_db = ctx.folder / f"reuse-warm-{s}.sqlite"
+        shutil.copyfile(source_db, warm_db)
+        warm = tune_one(ctx, task, trials=warm_trials, strategy="evolutionary", db_file=warm_db, seed=s,
+                        label=f"matmul 1000³ with 1024³'s records{tag}", final=True)  # fmt: skip
+        cold = tune_one(ctx, task, trials=cold_trials, strategy="evolutionary", seed=s,
+                        db_file=ctx.folder / f"reuse-cold-{s}.sqlite", label=f"matmul 1000³ cold{tag}",
+                        final=True)  # fmt: skip
+        runs.append((warm, cold))
+    warm_by_seed = [w["history_ms"][-1] if w["history_ms"] else None for w, _ in runs]
+    cold_by_seed = [c["history_ms"][-1] if c["history_ms"] else None for _, c in runs]
+    w, c = _median_or_none(warm_by_seed), _median_or_none(cold_by_seed)
     return {
         "warm_trials": warm_trials,
         "cold_trials": cold_trials,
+        "seeds": seeds,
         "warm_best_ms": w,
         "cold_best_ms": c,
+        "warm_by_seed": warm_by_seed,
+        "cold_by_seed": cold_by_seed,
+        "warm_final_by_seed": [r["latency_ms"] for r, _ in runs],
+        "cold_final_by_seed": [r["latency_ms"] for _, r in runs],
         "met": None if w is None or c is None else w <= c,
-        "warm": warm,
-        "cold": cold,
+        "warm": runs[0][0],
+        "cold": runs[0][1],
+        "per_seed": [{"seed": s, "warm": w, "cold": c} for s, (w, c) in zip(seeds, runs)],
     }
 
 
-def scheduler(ctx: Context, workloads: Sequence[Workload], per_task: int) -> dict[str, Any]:
-    """One shared budget (gradient policy) vs equal shares (round-robin), weighted latency."""
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    return None if not values or any(v is None for v in values) else statistics.median(values)  # type: ignore[type-var]
+
+
+def scheduler(
+    ctx: Context, workloads: Sequence[Workload], per_task: int, seeds: Sequence[int] = ()
+) -> dict[str, Any]:
+    """One shared budget (gradient policy) vs equal shares (round-robin), weighted latency.
+
+    With several seeds the policies alternate seed by seed (a slow spell of the
+    machine hits both) and the verdict compares the medians of the weighted totals.
+    """
     from benchmarks import harness
     from service.db.store import open_database
     from service.tuning import tune_tasks
@@ -642,8 +671,10 @@ def scheduler(ctx: Context, workloads: Sequence[Workload], per_task: int) -> dic
         "budget": budget,
         "per_task": per_task,
     }
-    for policy in ("gradient", "round_robin"):
-        database = open_database(f"sqlite:///{ctx.folder / f'sched-{policy}.sqlite'}")
+    seeds = list(seeds) or [ctx.seed]
+    runs: dict[str, list[dict[str, Any]]] = {"gradient": [], "round_robin": []}
+    for seed, policy in [(s, p) for s in seeds for p in runs]:
+        database = open_database(f"sqlite:///{ctx.folder / f'sched-{policy}-{seed}.sqlite'}")
         pool = LocalPool(threads=1)
         if ctx.quiet_wait_s > 0:
             harness.wait_until_quiet(ctx.quiet_wait_s)
@@ -651,7 +682,7 @@ def scheduler(ctx: Context, workloads: Sequence[Workload], per_task: int) -> dic
         before = harness.cpu_snapshot()
         start = time.perf_counter()
         try:
-            outcome = tune_tasks(tasks, threads=1, trials=budget, seed=ctx.seed, database=database,
+            outcome = tune_tasks(tasks, threads=1, trials=budget, seed=seed, database=database,
                                  runner=pool, policy=policy, compare=False)  # fmt: skip
             seconds = time.perf_counter() - start
             helped = _pool_cpu(pool) + max(0.0, _search_cpu() - search_before)
@@ -664,7 +695,8 @@ def scheduler(ctx: Context, workloads: Sequence[Workload], per_task: int) -> dic
         weighted = (
             None if None in latencies else sum(w * lat for w, lat in zip(out["weights"], latencies))
         )
-        out[policy] = {
+        runs[policy].append({
+            "seed": seed,
             "seconds": seconds,
             "trials_per_task": [o.run.trials_done for o in outcome.outcomes],
             "latency_ms": latencies,
@@ -673,9 +705,16 @@ def scheduler(ctx: Context, workloads: Sequence[Workload], per_task: int) -> dic
             "pool_cpu_s": helped,
             "others_load": load,
             "contended": harness.is_contended(load) or any(f["contended"] for f in finals),
-        }
-        ctx.log(f"  scheduler {policy}: weighted latency {weighted} ms in {seconds:.0f} s")
-    g, r = out["gradient"]["weighted_latency_ms"], out["round_robin"]["weighted_latency_ms"]
+        })  # fmt: skip
+        ctx.log(f"  scheduler {policy}, seed {seed}: weighted latency {weighted} ms in {seconds:.0f} s")
+    out["seeds"] = seeds
+    for policy, per_seed in runs.items():
+        out[policy] = per_seed[0]  # the first seed's run in full (trials per task, times)
+        out[f"{policy}_weighted_by_seed"] = [r["weighted_latency_ms"] for r in per_seed]
+        out[f"{policy}_runs"] = per_seed
+    g = _median_or_none(out["gradient_weighted_by_seed"])
+    r = _median_or_none(out["round_robin_weighted_by_seed"])
+    out["gradient_weighted_ms"], out["round_robin_weighted_ms"] = g, r
     out["met"] = None if g is None or r is None else g < r
     return out
 
@@ -768,9 +807,9 @@ def run(
                 row["tvm"] = tvm_row(tvm_meta, trials)
                 row["tvm_goal"] = tvm_goal(row)
             rows.append(row)
+        seeds = [seed + i for i in range(max(1, evo_seeds))]
         if "evo_replay" in extras and workloads:
             n = min(replay_trials, trials)
-            seeds = [seed + i for i in range(max(1, evo_seeds))]
             # The main run's curves stand for seed `seed`'s evolutionary runs (when evolutionary).
             main_rows = rows if rows and strategy == "evolutionary" else None
             extra["extras"]["evo_replay"] = evo_replay_all(ctx, workloads, main_rows, n, seeds)
@@ -783,10 +822,10 @@ def run(
             else:
                 log("reuse across shapes: matmul 1000³")
                 warm, cold = (8, 16) if quick else (32, 128)
-                extra["extras"]["reuse"] = reuse(ctx, db_files[source.name], warm, cold)
+                extra["extras"]["reuse"] = reuse(ctx, db_files[source.name], warm, cold, seeds)
         if "scheduler" in extras:
             log("task scheduler over the workloads")
-            extra["extras"]["scheduler"] = scheduler(ctx, workloads, 4 if quick else 128)
+            extra["extras"]["scheduler"] = scheduler(ctx, workloads, 4 if quick else 128, seeds)
     return rows, {"tune": extra}
 
 
@@ -1054,25 +1093,44 @@ def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
     rows += evo_replay_rows(ex, result["seed"])
     if "reuse" in ex:
         e = ex["reuse"]
+        seeds = e.get("seeds") or [result["seed"]]
+        if len(seeds) > 1:
+            per_seed = ", ".join(f"{fmt(w)} vs {fmt(c)}" for w, c in zip(e["warm_by_seed"], e["cold_by_seed"]))
+            finals = ", ".join(f"{fmt(w)} vs {fmt(c)}" for w, c in zip(e["warm_final_by_seed"], e["cold_final_by_seed"]))
+            shown = (f"median of {len(seeds)} seeds: {fmt(e['warm_best_ms'])} ms vs {fmt(e['cold_best_ms'])} ms "
+                     f"(per seed: {per_seed}; re-timed finals: {finals})")
+        else:
+            shown = (f"{fmt(e['warm_best_ms'])} ms vs {fmt(e['cold_best_ms'])} ms "
+                     f"(final: {fmt(e['warm']['latency_ms'])} vs {fmt(e['cold']['latency_ms'])})")
         rows.append([f"matmul 1000³: {e['warm_trials']} trials with 1024³'s records vs {e['cold_trials']} cold",
-                     f"{fmt(e['warm_best_ms'])} ms vs {fmt(e['cold_best_ms'])} ms (final: {fmt(e['warm']['latency_ms'])} vs {fmt(e['cold']['latency_ms'])})",
-                     "met" if e["met"] else "not met"])  # fmt: skip
+                     shown, "met" if e["met"] else "not met"])  # fmt: skip
     if "scheduler" in ex:
         e = ex["scheduler"]
         g, r = e["gradient"], e["round_robin"]
+        seeds = e.get("seeds") or [result["seed"]]
+        g_total = e.get("gradient_weighted_ms", g["weighted_latency_ms"])
+        r_total = e.get("round_robin_weighted_ms", r["weighted_latency_ms"])
         verdict = "met" if e["met"] else "not met"
-        if g["weighted_latency_ms"] and r["weighted_latency_ms"]:
-            change = g["weighted_latency_ms"] / r["weighted_latency_ms"] - 1
+        if g_total and r_total:
+            change = g_total / r_total - 1
             noise = ", within noise" if abs(change) < 0.03 else ""
             verdict += f" ({change:+.1%}{noise})"
         weights = ",".join(f"{w:g}" for w in e["weights"])
         g_split = "/".join(str(n) for n in g["trials_per_task"])
         r_split = "/".join(str(n) for n in r["trials_per_task"])
-        rows.append([f"task scheduler, weights {weights}, {e['budget']} trials: gradient ({g_split} trials, "
+        if len(seeds) > 1:
+            per_seed = ", ".join(
+                f"{fmt(a)} vs {fmt(b)}" for a, b in zip(e["gradient_weighted_by_seed"], e["round_robin_weighted_by_seed"])
+            )
+            shown = (f"median of {len(seeds)} seeds: {fmt(g_total)} ms vs {fmt(r_total)} ms "
+                     f"(weighted totals of the re-timed finals; per seed: {per_seed})")
+            split = f"seed {seeds[0]}: "
+        else:
+            shown = f"{fmt(g_total)} ms vs {fmt(r_total)} ms (weighted total of the re-timed finals)"
+            split = ""
+        rows.append([f"task scheduler, weights {weights}, {e['budget']} trials: gradient ({split}{g_split} trials, "
                      f"{g['seconds']:.0f} s) vs round-robin ({r_split}, {r['seconds']:.0f} s)",
-                     f"{fmt(g['weighted_latency_ms'])} ms vs {fmt(r['weighted_latency_ms'])} ms "
-                     "(weighted total of the re-timed finals)",
-                     verdict])  # fmt: skip
+                     shown, verdict])  # fmt: skip
     if not rows:
         return None
     return ["experiment (same run)", "best ms while tuning / latency", "goal"], rows
@@ -1211,17 +1269,23 @@ def extras_note(result: dict[str, Any]) -> str | None:
         )
     if "reuse" in ex:
         parts.append(
-            "Reuse: best while tuning, then (final) both best kernels re-timed interleaved with numpy."
+            "Reuse: best while tuning, then (final) both best kernels re-timed interleaved with numpy"
+            + (f"; seeds {', '.join(map(str, ex['reuse']['seeds']))}, the verdict on the medians of the best "
+               "while tuning, the curves of the first seed." if len(ex["reuse"].get("seeds") or []) > 1 else ".")
         )
     if "scheduler" in ex:
         e = ex["scheduler"]
-        contended = [p for p in ("gradient", "round_robin") if e[p]["contended"]]
+        policies = ("gradient", "round_robin")
+        contended = [p for p in policies if any(r["contended"] for r in e.get(f"{p}_runs", [e[p]]))]
+        seeds = e.get("seeds") or []
         parts.append(
             "Task scheduler: each policy in a fresh database with one pool; the weighted total is "
             "sum(weight × final latency), the final kernels re-timed in this process as in the main "
             "table. The equal-shares baseline is round-robin over the same budget: a workload whose "
             "space runs out (softmax) leaves its share to the others, so they get more than "
             f"{e['per_task']} each."
+            + (f" Seeds {', '.join(map(str, seeds))}, the two policies alternating seed by seed; the verdict "
+               "compares the medians." if len(seeds) > 1 else "")
             + (f" Contended (> 10% others) during: {', '.join(contended)}." if contended else "")
         )
     return " ".join(parts) or None
@@ -1410,7 +1474,10 @@ def _all_rows(rows: Sequence[dict[str, Any]], tune: dict[str, Any]) -> list[dict
         for p in e.get("per_seed") or [{"replay": e["replay"]}]:
             out += [r for r in (p.get("evolutionary"), p["replay"]) if r is not None]
     if "reuse" in ex:
-        out += [ex["reuse"]["warm"], ex["reuse"]["cold"]]
+        for p in ex["reuse"].get("per_seed") or [ex["reuse"]]:
+            out += [p["warm"], p["cold"]]
     if "scheduler" in ex:
-        out += [ex["scheduler"]["gradient"], ex["scheduler"]["round_robin"]]
+        e = ex["scheduler"]
+        for policy in ("gradient", "round_robin"):
+            out += e.get(f"{policy}_runs") or [e[policy]]
     return out

@@ -208,3 +208,48 @@ def test_report_renders_old_and_new_evo_replay(tmp_path: Path) -> None:
             assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
     png = tune.plot(result, tmp_path / "new.png")
     assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_scheduler_extra_alternates_the_policies_over_seeds_and_judges_the_medians(tmp_path: Path) -> None:
+    code = main(["tune", "--quick", "--no-main", "--extras", "scheduler", "--seeds", "2", "--out", str(tmp_path)])
+    assert code == 0
+    (path,) = tmp_path.glob("tune_extras-*.json")
+    result = json.loads(path.read_text(encoding="utf-8"))
+    e = result["tune"]["extras"]["scheduler"]
+    assert e["seeds"] == [0, 1] and e["budget"] == 4 * len(tune.QUICK_SUITE)
+    for policy in ("gradient", "round_robin"):
+        runs = e[f"{policy}_runs"]
+        assert [r["seed"] for r in runs] == [0, 1] and e[policy] == runs[0]
+        assert all(sum(r["trials_per_task"]) == e["budget"] for r in runs)
+        totals = e[f"{policy}_weighted_by_seed"]
+        assert totals == [r["weighted_latency_ms"] for r in runs] and all(t > 0 for t in totals)
+        assert e[f"{policy}_weighted_ms"] == pytest.approx(sum(totals) / 2)  # the median of two
+    assert e["met"] == (e["gradient_weighted_ms"] < e["round_robin_weighted_ms"])
+    _, rows = tune.extras_table(result)
+    (row,) = rows
+    assert "median of 2 seeds" in row[1] and row[2].startswith("met" if e["met"] else "not met")
+    assert "alternating seed by seed" in (tune.extras_note(result) or "")
+
+
+def test_reuse_over_seeds_is_judged_on_the_medians() -> None:
+    """The rendering of a reuse result over three seeds (the run itself needs matmul 1024³: too slow here)."""
+
+    def run(best: float, final: float) -> dict[str, object]:
+        return {"history_ms": [2 * best, best], "latency_ms": final}
+
+    warm = [run(9.7, 9.7), run(9.5, 9.9), run(10.2, 10.0)]
+    cold = [run(9.5, 10.4), run(9.6, 10.1), run(9.9, 10.3)]
+    ex = {
+        "warm_trials": 32, "cold_trials": 128, "seeds": [0, 1, 2],
+        "warm_best_ms": 9.7, "cold_best_ms": 9.6, "met": False,
+        "warm_by_seed": [9.7, 9.5, 10.2], "cold_by_seed": [9.5, 9.6, 9.9],
+        "warm_final_by_seed": [9.7, 9.9, 10.0], "cold_final_by_seed": [10.4, 10.1, 10.3],
+        "warm": warm[0], "cold": cold[0],
+        "per_seed": [{"seed": s, "warm": w, "cold": c} for s, w, c in zip([0, 1, 2], warm, cold)],
+    }  # fmt: skip
+    result = {"seed": 0, "tune": {"extras": {"reuse": ex}}}
+    _, rows = tune.extras_table(result)
+    (row,) = rows
+    assert row[1].startswith("median of 3 seeds: 9.7 ms vs 9.6 ms") and "9.5 vs 9.6" in row[1]
+    assert row[2] == "not met"
+    assert len(tune._all_rows([], result["tune"])) == 6  # every seed's runs count as the tuner's own CPU
