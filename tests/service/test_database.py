@@ -476,12 +476,20 @@ def test_concurrent_writers_lose_nothing(pg_schema: str, pg_engine: Engine) -> N
     assert max(seconds) < 20
 
 
-def _lease_all(schema: str, target_id: int, worker: int) -> list[int]:
-    """A child process: lease batches of 10 until the target's jobs have none left; the ids leased."""
+def _lease_all(schema: str, target_id: int, worker: int, start: Any) -> list[int]:
+    """A child process: lease batches of 10 until the target's jobs have none left; the ids leased.
+
+    The processes connect, then start together (`start`, a barrier): spawning one
+    takes longer than leasing all 1000 on a fast machine, so the first would
+    otherwise take everything and the test would not test concurrency.
+    """
     from service.db.store import lease_candidates
 
     engine = pg_schema_engine(schema)
     sessions = SQLDatabase(engine).sessions
+    with engine.connect():
+        pass
+    start.wait(timeout=120)
     got: list[int] = []
     while True:
         with sessions.begin() as session:
@@ -519,8 +527,10 @@ def test_concurrent_leases_hand_out_each_candidate_once(pg_schema: str, pg_engin
             m.Candidate(job_id=1, trace=trace_of(i)[0], trace_hash=trace_of(i)[1], status="pending")
             for i in range(1000)
         )
-    with multiprocessing.get_context("spawn").Pool(WRITERS) as pool:
-        leased = pool.starmap(_lease_all, [(pg_schema, target_id, w) for w in range(1, WRITERS + 1)])
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, context.Pool(WRITERS) as pool:
+        start = manager.Barrier(WRITERS)
+        leased = pool.starmap(_lease_all, [(pg_schema, target_id, w, start) for w in range(1, WRITERS + 1)])
     everything = [i for ids in leased for i in ids]
     assert len(everything) == 1000 and len(set(everything)) == 1000
     assert all(ids for ids in leased), "every worker got some"
