@@ -194,23 +194,22 @@ class FunctionEmitter:
         """Main loop of `lanes`-wide chunks, then narrower vectors, then scalar code for a last lane."""
         lanes, chunks = plan.lanes, plan.chunks
         if chunks:
-            self.vec = VectorLane(s.var, lanes)
             with self.for_range(f"{s.var.name}.vec", ll.Constant(I64, 0), ll.Constant(I64, chunks)) as c:
-                self.scope.vars[s.var] = self.builder.mul(c, ll.Constant(I64, lanes), flags=("nsw",))
-                self.stmt(s.body)
-            self.vec = None
-            del self.scope.vars[s.var]
-        start = chunks * lanes
+                self._vector_body(s, lanes, self.builder.mul(c, ll.Constant(I64, lanes), flags=("nsw",)))
+        start, end = chunks * lanes, chunks * lanes + plan.tail
         for width in plan.segments:
-            self.vec = VectorLane(s.var, width)
-            self.scope.vars[s.var] = ll.Constant(I64, start)
-            self.stmt(s.body)
-            self.vec = None
-            del self.scope.vars[s.var]
+            self._vector_body(s, width, ll.Constant(I64, start))
             start += width
-        end = chunks * lanes + plan.tail
         if start < end:
             self._serial_loop(s, ll.Constant(I64, start), ll.Constant(I64, end))
+
+    def _vector_body(self, s: For, lanes: int, base: ll.Value) -> None:
+        """The loop body once, its variable taking lanes base .. base+lanes-1."""
+        self.vec = VectorLane(s.var, lanes)
+        self.scope.vars[s.var] = base
+        self.stmt(s.body)
+        self.vec = None
+        del self.scope.vars[s.var]
 
     def _store(self, s: BufferStore) -> None:
         b = self.builder

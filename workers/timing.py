@@ -167,6 +167,10 @@ def _sample_ms(fn: Callable[[], object], number: int, flush: bool = False) -> fl
     return _run_ns(fn, number) / number / 1e6
 
 
+def _samples(fn: Callable[[], object], number: int, repeat: int, flush: bool) -> tuple[float, ...]:
+    return tuple(_sample_ms(fn, number, flush) for _ in range(repeat))
+
+
 def time_callable(fn: Callable[[], object], config: MeasureConfig) -> Timing:
     """Time `fn` with the loomtune protocol: warm-up, calibrate, repeats.
 
@@ -175,8 +179,7 @@ def time_callable(fn: Callable[[], object], config: MeasureConfig) -> Timing:
     """
     _warm_up(fn, config)
     number = _calibrate(fn, config)
-    times = tuple(_sample_ms(fn, number, config.flush_cache) for _ in range(config.repeat))
-    return Timing(times_ms=times, number=number)
+    return Timing(times_ms=_samples(fn, number, config.repeat, config.flush_cache), number=number)
 
 
 def time_more(fn: Callable[[], object], timing: Timing, repeat: int, config: MeasureConfig) -> Timing:
@@ -186,7 +189,7 @@ def time_more(fn: Callable[[], object], timing: Timing, repeat: int, config: Mea
     the minimum over many noisy medians favours lucky draws (the winner's
     curse), and more repeats make the median of the ones that matter honest.
     """
-    more = tuple(_sample_ms(fn, timing.number, config.flush_cache) for _ in range(repeat))
+    more = _samples(fn, timing.number, repeat, config.flush_cache)
     return Timing(times_ms=timing.times_ms + more, number=timing.number)
 
 
