@@ -92,24 +92,29 @@ class EvolutionaryStrategy:
         self.pool = SearchPool(context.space, context.task.program, self.config.processes)
         self._warm_start()
 
-    def _repaired(self, record: TuningRecord) -> Trace | None:
-        """Another shape's trace made to fit this program: its decisions repaired.
+    def _repaired(self, record: TuningRecord) -> list[Trace]:
+        """Another shape's trace made to fit this program, and its structural variants.
 
-        A rule-based space re-runs its postprocessors on the repaired rule part
-        (they depend on the new loop extents); any other trace is replayed whole.
+        A rule-based space re-derives the rule part on this program (the rules run
+        again taking the old decisions, repaired where they no longer fit) and adds
+        the variants with one structural choice changed (`RuleSpace.variants`: pack
+        or not, rfactor or not), because the best choice often differs between
+        shapes. Any other trace is replayed whole with repair.
         """
         space = self.context.space
         try:
             trace = Trace.from_json(record.trace)
             rule_part = getattr(space, "rule_part", None)
-            complete = getattr(space, "complete", None)
             rules = rule_part(trace) if rule_part is not None else None
-            if rules is not None and complete is not None:
-                fitted = rules.apply(self.context.task.program, repair=True, rng=self.rng).trace
-                return complete(fitted)
-            return trace.apply(self.context.task.program, repair=True, rng=self.rng).trace
+            if rules is None or not hasattr(space, "rederive"):
+                return [trace.apply(self.context.task.program, repair=True, rng=self.rng).trace]
+            fitted = space.rederive(rules, self.rng)
         except (*REJECTED, RecursionError):
-            return None
+            return []
+        try:
+            return [fitted, *space.variants(fitted, self.rng)]
+        except (*REJECTED, RecursionError):
+            return [fitted]
 
     # -- features --------------------------------------------------------------------
 
@@ -127,14 +132,13 @@ class EvolutionaryStrategy:
             except TraceError:
                 continue
         # Reuse across shapes: the best traces of the same operator at other
-        # parameters, replayed here with repair (stale tile sizes re-chosen).
+        # parameters, re-derived here (stale tile sizes repaired), each followed
+        # by its structural variants.
         self.seeds: list[Trace] = []
         for r in c.database.best_of_op(c.task.op, c.target, exclude_workload_key=c.task.key, limit=self.config.other_shapes):
-            repaired = self._repaired(r)
-            if repaired is None:
-                continue
-            if repaired.hash not in {s.hash for s in self.seeds}:
-                self.seeds.append(repaired)
+            for repaired in self._repaired(r):
+                if repaired.hash not in {s.hash for s in self.seeds}:
+                    self.seeds.append(repaired)
         records = c.database.training_records(c.target)[-self.config.warm_start_records :]
         feats, lats, groups = [], [], []
         tasks: dict[str, Task | None] = {}
@@ -242,11 +246,13 @@ class EvolutionaryStrategy:
         return self._fresh(out, n)
 
     def _seeds_first(self, n: int, room: int) -> list[Trace]:
-        """Other shapes' best, repaired, are measured first (at most half of a batch of n,
-        and `room`): a new shape starts from them."""
+        """Other shapes' best, repaired, and their variants are measured first, in order (at
+        most half of a batch of n, and `room`, per batch): a new shape starts from them."""
         out: list[Trace] = []
-        for t in self.seeds[: max(1, n // 2)]:
-            if len(out) < room and self._is_new(t):
+        for t in self.seeds:
+            if len(out) >= min(room, max(1, n // 2)):
+                break
+            if self._is_new(t):
                 out.append(t)
                 self.proposed.add(t.hash)
         return out

@@ -255,3 +255,26 @@ def test_sample_loop_moves_what_takes_its_output_through_replay_repair_and_both_
     with pytest.raises(TraceError, match="sample_loop: decision 2 is not an index into 2 loops"):
         trace.with_decision(n, 2).apply(task.program)
     assert trace.with_decision(n, 2).apply(task.program, repair=True).trace.decisions[n] == 1
+
+
+def test_forced_decisions_are_taken_in_order_repaired_until_a_call_differs() -> None:
+    """Re-deriving (`forced=`): each sampling call takes the next forced decision while its
+    signature matches — a stale one repaired even without repair=True — and samples
+    from the rng once a call differs, for every call after it too."""
+    other = library_task("matmul", {"m": 50, "n": 45, "k": 32})
+    forced = [
+        (("sample_perfect_tile", 2), [8, 8]),  # stale on i (50): repaired to [5, 10]
+        (("sample_perfect_tile", 2), [9, 5]),  # fits j (45): kept
+        (("sample_categorical", 2), 1),  # the call below has 3 candidates: forcing stops
+        (("sample_perfect_tile", 2), [4, 8]),  # never taken
+    ]
+    sch = TracedSchedule(other.program, rng=random.Random(1), forced=forced)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    assert list(sch.sample_perfect_tile(i, n=2, max_innermost_factor=16)) == [5, 10]
+    assert list(sch.sample_perfect_tile(j, n=2, max_innermost_factor=16, decision=[45, 1])) == [9, 5]
+    draws = random.Random(1)
+    sch.sample_categorical([0, 16, 64], [0.2, 0.4, 0.4])
+    expected = draws.choices(range(3), weights=[0.2, 0.4, 0.4], k=1)[0]
+    assert sch.trace.decisions[len(sch.instructions) - 1] == expected
+    tile = sch.sample_perfect_tile(k, n=2, max_innermost_factor=8, decision=[16, 2])
+    assert list(tile) == [16, 2]  # the rule's own decision: nothing is forced any more

@@ -26,9 +26,15 @@ are this space's own (the marker's value names those that made the trace, for
 the reader). A trace without the marker (hand-written, or from a space without
 it) cannot be mutated: `mutate` returns None.
 
-Choices that change the trace's structure (pack a weight or not, where a
-write-back goes, rfactor or not) are sampled categoricals too, recorded for
-the reader; they are not mutated (the instructions after them depend on them).
+Choices that change the trace's structure (pack a weight or not, rfactor or
+not) are sampled categoricals that decide in the rule's Python code, so no
+recorded instruction takes their value and replaying a changed decision would
+change nothing. A mutator that changes one (`structure`) asks for the rule
+part to be *re-derived* (`rederive`): the rules run again on the naive
+program, each sampling call taking the old decisions in order (repaired where
+they no longer fit) until the derivation takes another path, after which the
+rest is sampled. (Where a write-back goes is a `sample_loop`, which replay
+follows directly.)
 """
 
 from __future__ import annotations
@@ -44,12 +50,13 @@ from ir.schedule.state import all_blocks
 from tuner.space.base import SpaceRejected
 from tuner.space.context import SpaceContext
 from tuner.space.mutators import DEFAULT_MUTATORS, MUTATORS, Mutator
+from tuner.space.mutators.base import structural_categoricals
 from tuner.space.postprocs import DEFAULT_POSTPROCS, POSTPROCS, Postproc
 from tuner.space.rules import DEFAULT_RULES, RULES, ScheduleRule
 from tuner.trace.errors import TraceError
 from tuner.trace.instruction import RV
 from tuner.trace.trace import Trace
-from tuner.trace.traced_schedule import TracedSchedule
+from tuner.trace.traced_schedule import TracedSchedule, signature
 
 MARKER = "loomtune.postprocs"
 """The block annotation that separates a trace's rule part from its postprocessor part."""
@@ -116,7 +123,7 @@ class RuleSpace:
                 pool = [(m, w) for m, w in pool if m is not mutator]
                 continue
             try:
-                return self.complete(changed)
+                return self.rederive(changed, rng) if mutator.rederives else self.complete(changed)
             except SpaceRejected:
                 continue
         return None
@@ -166,6 +173,49 @@ class RuleSpace:
         except (ScheduleError, TraceError) as e:
             raise SpaceRejected(str(e)) from None
         return self.finish(sch)
+
+    def rederive(self, rules: Trace, rng: random.Random) -> Trace:
+        """Run the rules again taking the decisions of a rule part in order: a complete trace.
+
+        Unlike `complete`, which replays the recorded instructions, this follows a
+        changed structural choice (the rules decide which instructions come after
+        it) and fits another shape's decisions to this program (each repaired where
+        it no longer fits). Decisions past the point where the derivation differs
+        are sampled from `rng`.
+        """
+        forced = [
+            (signature(inst), rules.decisions.get(i))
+            for i, inst in enumerate(rules.instructions)
+            if inst.is_sampling
+        ]
+        sch = TracedSchedule(self.program, rng=rng, repair=True, forced=forced)
+        try:
+            self.apply_rules(sch)
+        except (ScheduleError, TraceError) as e:
+            raise SpaceRejected(f"a rule was refused: {e}") from None
+        return self.finish(sch)
+
+    def variants(self, trace: Trace, rng: random.Random) -> list[Trace]:
+        """`trace` with one structural choice changed, for each choice and each other value.
+
+        Reuse across shapes measures these beside another shape's best: whether to
+        pack a weight often differs between shapes (a power-of-two row stride
+        thrashes the cache, its neighbours do not), and the tuner's evolution
+        changes such a choice only rarely.
+        """
+        rules = self.rule_part(trace)
+        if rules is None:
+            return []
+        out = []
+        for i in structural_categoricals(rules):
+            for value in range(len(rules.instructions[i].attr("candidates"))):
+                if value == rules.decisions.get(i):
+                    continue
+                try:
+                    out.append(self.rederive(rules.with_decision(i, value), rng))
+                except SpaceRejected:
+                    continue
+        return out
 
     @staticmethod
     def rule_part(trace: Trace) -> Trace | None:

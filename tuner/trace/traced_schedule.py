@@ -10,12 +10,20 @@
 Every sampling call takes `decision=`: given, it is replayed (strictly, or
 repaired when the schedule was made with `repair=True`); absent, it is sampled
 from the `rng` passed in (never the global random module).
+
+A schedule made with `forced=` re-derives an earlier trace: the rules run
+again and each sampling call takes the next forced decision (repaired where
+it no longer fits) instead of its own, for as long as the calls come in the
+order and with the signatures (`signature`) the forced ones were recorded
+with. At the first call that differs (a changed structural choice added or
+removed sampling calls) forcing stops and the rest is sampled.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +62,34 @@ class IntRV(int):
         return obj
 
 
+Signature = tuple[Any, ...]
+"""What a sampling call must match to take a forced decision: its kind and the size of its choice."""
+
+
+def signature(inst: Instruction) -> Signature:
+    """The signature of a recorded sampling instruction (what `forced` decisions are matched by)."""
+    if inst.kind == "sample_perfect_tile":
+        return (inst.kind, inst.attr("n"))
+    if inst.kind == "sample_categorical":
+        return (inst.kind, len(inst.attr("candidates")))
+    if inst.kind == "sample_loop":
+        return (inst.kind, len(inst.inputs[0]))
+    return (inst.kind,)
+
+
 class TracedSchedule:
-    def __init__(self, program: Program, *, rng: random.Random | None = None, repair: bool = False) -> None:
+    def __init__(
+        self,
+        program: Program,
+        *,
+        rng: random.Random | None = None,
+        repair: bool = False,
+        forced: Iterable[tuple[Signature, Any]] = (),
+    ) -> None:
         self.sch = Schedule(program)
         self.rng = rng
         self.repair = repair
+        self._forced: deque[tuple[Signature, Any]] = deque(forced)
         self.instructions: list[Instruction] = []
         self.decisions: dict[int, Any] = {}
         self._counter = 0
@@ -232,6 +263,14 @@ class TracedSchedule:
 
     # -- sampling ------------------------------------------------------------------
 
+    def _take(self, sig: Signature, decision: Any) -> tuple[Any, bool]:
+        """The next forced decision when this call matches it (and whether it was forced)."""
+        if self._forced:
+            if self._forced[0][0] == sig:
+                return self._forced.popleft()[1], True
+            self._forced.clear()  # the derivation took another path: sample the rest
+        return decision, False
+
     def _need_rng(self, kind: str) -> random.Random:
         if self.rng is None:
             raise TraceError(f"{kind} at instruction {len(self.instructions)} has no decision and no rng to sample one")
@@ -246,13 +285,14 @@ class TracedSchedule:
         if not isinstance(lp.extent, Const):
             raise ScheduleError(f"loop {loop_name(loop)}: extent is not a constant; cannot tile it")
         extent = int(lp.extent.value)
+        decision, forced = self._take(("sample_perfect_tile", n), decision)
         if decision is None:
             chosen = sampling.sample_perfect_tile(self._need_rng("sample_perfect_tile"), extent, n, max_innermost_factor)
         else:
             chosen = [int(x) for x in decision] if all(isinstance(x, int) for x in decision) else list(decision)
             why = sampling.perfect_tile_fits(chosen, extent, n, max_innermost_factor)
             if why is not None:
-                if not self.repair:
+                if not (self.repair or forced):
                     raise TraceError(
                         f"instruction {len(self.instructions)} sample_perfect_tile on loop {loop_name(loop)}: "
                         f"decision no longer fits ({why}); replay with repair to re-choose it"
@@ -274,11 +314,12 @@ class TracedSchedule:
         """The index a categorical sampler takes: drawn, or the decision checked (repaired on replay with repair)."""
         if count != len(probabilities) or not count:
             raise TraceError(f"{kind} needs as many probabilities as {what} (at least one)")
+        decision, forced = self._take((kind, count), decision)
         if decision is None:
             return sampling.sample_categorical(self._need_rng(kind), probabilities)
         index = decision
         if not isinstance(index, int) or (isinstance(index, bool) and not allow_bool) or not 0 <= index < count:
-            if not self.repair:
+            if not (self.repair or forced):
                 raise TraceError(
                     f"instruction {len(self.instructions)} {kind}: decision {index!r} is not an "
                     f"index into {count} {what}; replay with repair to re-choose it"
@@ -320,13 +361,14 @@ class TracedSchedule:
     def sample_compute_location(self, block: BlockRV, decision: int | None = None) -> LoopRef:
         """A loop to compute `block` at; decision -1 is the root (stay), -2 inline."""
         cands = self.compute_location_candidates(block)
+        decision, forced = self._take(("sample_compute_location",), decision)
         if decision is None:
             rng = self._need_rng("sample_compute_location")
             index = rng.randrange(-2, len(cands))
         else:
             index = decision
             if not isinstance(index, int) or not -2 <= index < len(cands):
-                if not self.repair:
+                if not (self.repair or forced):
                     raise TraceError(
                         f'instruction {len(self.instructions)} sample_compute_location of block "{block_name(block)}": '
                         f"decision {index!r} is not one of its {len(cands)} locations; replay with repair"

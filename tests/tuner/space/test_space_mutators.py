@@ -10,7 +10,7 @@ import pytest
 from codegen.target import Target
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct, odd_task
 from tuner.space import MUTATORS, SpaceContext, default_space
-from tuner.space.mutators.base import annotated_categoricals
+from tuner.space.mutators.base import annotated_categoricals, structural_categoricals
 from tuner.space.rules import PARALLEL, UNROLL
 from tuner.space.rules.parallel_vectorize_unroll import ParallelVectorizeUnroll
 from tuner.trace.instruction import RV
@@ -19,10 +19,10 @@ from tuner.trace.trace import Trace
 STEPS = 1000
 
 
-def _base() -> tuple[Trace, SpaceContext]:
+def _base(name: str = "") -> tuple[Trace, SpaceContext]:
     """The rule part of a conv2d sample: tiles, a sampled pad location, the write-back's loop,
-    parallel and unroll choices."""
-    task = odd_task("conv2d_nhwc")
+    parallel and unroll choices; for `structure`, a matmul sample that chose whether to pack."""
+    task = odd_task("matmul" if name == "structure" else "conv2d_nhwc")
     space = default_space(task.program, AVX2_2_THREADS)
     rules = space.rule_part(space.sample(random.Random(2)))
     assert rules is not None
@@ -67,16 +67,17 @@ def _reachable(base: Trace, name: str, counts: dict[int, int]) -> int:
     if name == "loop-choice":
         return math.prod(len(i.inputs[0]) for i in base.instructions if i.kind == "sample_loop")
     key = {"parallel": PARALLEL, "unroll": UNROLL}.get(name)
-    if key is None:
+    sites = structural_categoricals(base) if name == "structure" else None
+    if key is None and sites is None:
         return 10**9
-    return math.prod(
-        len(base.instructions[i].attr("candidates")) for i in annotated_categoricals(base, key)
-    )
+    if sites is None:
+        sites = annotated_categoricals(base, key)
+    return math.prod(len(base.instructions[i].attr("candidates")) for i in sites)
 
 
 @pytest.mark.parametrize("name", MUTATORS.names())
 def test_mutator_random_walk_keeps_invariants(name: str) -> None:
-    base, ctx = _base()
+    base, ctx = _base(name)
     counts = _location_counts(base, ctx)
     mutator = MUTATORS.create(name)
     rng = random.Random(name)
@@ -128,3 +129,57 @@ def test_space_mutation_walk_stays_complete_and_correct() -> None:
             check_correct(task, mutant, target)
         trace = mutant
     assert len(seen) >= 20
+
+
+def _structure(trace: Trace) -> list[str]:
+    return [i.kind for i in trace.instructions if not i.is_sampling]
+
+
+def test_a_structural_mutation_is_re_derived_keeping_the_other_decisions() -> None:
+    """Flipping matmul's pack choice adds or drops the packing (and its copy's split and
+    loop annotations), keeps every tile size, and compiles to a correct kernel."""
+    task = odd_task("matmul")
+    space = default_space(task.program, AVX2_2_THREADS)
+    mutator = MUTATORS.create("structure")
+    assert mutator.rederives
+    flips = 0
+    for seed in range(6):
+        trace = space.sample(random.Random(seed))
+        rules = space.rule_part(trace)
+        assert rules is not None
+        (site,) = structural_categoricals(rules)
+        packed = any(i.kind == "pack_panels" for i in trace.instructions)
+        assert rules.decisions[site] == int(packed)
+        # Re-deriving an unchanged rule part gives the same trace back.
+        assert space.rederive(rules, random.Random(99)).hash == trace.hash
+        changed = mutator.apply(rules, random.Random(seed), space.context)
+        assert changed is not None and changed.decisions[site] != rules.decisions[site]
+        # Replaying the flipped decision alone changes nothing: the rule decided in Python.
+        assert _structure(space.complete(changed)) == _structure(trace)
+        mutant = space.rederive(changed, random.Random(seed))
+        assert any(i.kind == "pack_panels" for i in mutant.instructions) is not packed
+        new_rules = space.rule_part(mutant)
+        assert new_rules is not None
+
+        def tiles(t: Trace) -> list[object]:
+            return [t.decisions[i] for i, x in enumerate(t.instructions) if x.kind == "sample_perfect_tile"]
+
+        assert tiles(new_rules) == tiles(rules)
+        check_correct(task, mutant, AVX2_2_THREADS)
+        flips += 1
+    assert flips == 6
+
+
+def test_space_mutation_reaches_both_pack_choices() -> None:
+    """Through `RuleSpace.mutate`, a walk from a packed matmul reaches unpacked traces and back."""
+    task = odd_task("matmul")
+    space = default_space(task.program, AVX2_2_THREADS, mutators={"structure": 1.0, "tile-size": 1.0})
+    rng = random.Random(4)
+    trace = space.sample(rng)
+    seen = set()
+    for _ in range(60):
+        mutant = space.mutate(trace, rng)
+        assert mutant is not None
+        seen.add(any(i.kind == "pack_panels" for i in mutant.instructions))
+        trace = mutant
+    assert seen == {True, False}

@@ -129,3 +129,27 @@ def test_a_recomputing_location_is_rejected() -> None:
     space.complete(rules)
     with pytest.raises(SpaceRejected, match="repeats the same work in every iteration"):
         space.complete(rules.with_decision(k, 1))
+
+
+def test_structure_mutation_turns_rfactor_on_and_off_and_stays_correct() -> None:
+    """Softmax's rfactor width is a structural choice: the `structure` mutator, through the
+    space's re-derivation, adds or removes the rfactor (and its split), and the kernels agree
+    with numpy."""
+    task = _task()
+    space = default_space(task.program, ONE_THREAD, mutators={"structure": 1.0})
+    rng = random.Random(7)
+    kinds = set()
+    trace = space.sample(rng)
+    mutated = 0
+    for step in range(40):
+        mutant = space.mutate(trace, rng)
+        if mutant is None:  # the rows went to the root or inline: nothing to rfactor
+            trace = space.sample(rng)
+            continue
+        mutated += 1
+        has_rf = any(i.kind == "rfactor" for i in mutant.instructions)
+        if has_rf not in kinds or step % 10 == 0:
+            check_correct(task, mutant, ONE_THREAD)
+        kinds.add(has_rf)
+        trace = mutant
+    assert kinds == {True, False} and mutated >= 20

@@ -3,8 +3,15 @@
 from tuner.space.mutators import categoricals, compute_location, tile_size  # noqa: F401  (registers them)
 from tuner.space.mutators.base import MUTATORS, Mutator
 
-DEFAULT_MUTATORS = {"tile-size": 0.85, "compute-location": 0.05, "loop-choice": 0.05, "unroll": 0.03, "parallel": 0.02}
+DEFAULT_MUTATORS = {
+    "tile-size": 0.8,
+    "compute-location": 0.05,
+    "loop-choice": 0.05,
+    "structure": 0.05,
+    "unroll": 0.03,
+    "parallel": 0.02,
+}
 """Name -> probability of being tried first (MetaSchedule's CPU defaults, with the
-write-back level's 0.05 taken from the tile sizes)."""
+write-back level's and the structural choices' 0.05 each taken from the tile sizes)."""
 
 __all__ = ["DEFAULT_MUTATORS", "MUTATORS", "Mutator"]

@@ -19,6 +19,9 @@ from tuner.trace.trace import Trace
 
 class Mutator:
     name: ClassVar[str] = ""
+    rederives: ClassVar[bool] = False
+    """True: the space re-derives the changed rule part (`RuleSpace.rederive`) instead of
+    replaying it, because the changed decision decides which instructions follow."""
 
     def apply(self, trace: Trace, rng: random.Random, ctx: SpaceContext) -> Trace | None:
         raise NotImplementedError
@@ -58,3 +61,19 @@ def resample_categorical(trace: Trace, indices: list[int], rng: random.Random) -
     old = trace.decisions[i]
     new = rng.choice([k for k in range(n) if k != old])
     return trace.with_decision(i, new)
+
+
+def structural_categoricals(trace: Trace) -> list[int]:
+    """Indices of the sample_categorical instructions whose value no instruction takes.
+
+    Such a value decided something in a rule's code (pack a weight or not,
+    rfactor or not), so only re-deriving the trace follows a change of it.
+    """
+    used: set[str] = set()
+    for inst in trace.instructions:
+        used |= inst.used_rvs()
+    return [
+        i
+        for i, inst in enumerate(trace.instructions)
+        if inst.kind == "sample_categorical" and not (set(inst.outputs) & used)
+    ]

@@ -4,7 +4,9 @@ The categoricals are recognised by the block annotation that takes their
 value (`loomtune.parallel`, `loomtune.unroll`), not by their position, so the
 mutators work on any trace the parallel-vectorize-unroll rule contributed to.
 `sample_loop` choices (where multi-level tiling writes a tile back) are
-another of their loops.
+another of their loops. Structural choices (categoricals no instruction
+takes: pack a weight, rfactor a reduction) get another candidate and the
+trace is re-derived from that point (`structure`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from tuner.space.mutators.base import (
     Mutator,
     annotated_categoricals,
     resample_categorical,
+    structural_categoricals,
 )
 from tuner.space.rules.base import PARALLEL, UNROLL
 from tuner.trace.trace import Trace
@@ -47,3 +50,11 @@ class MutateLoopChoice(Mutator):
         i = rng.choice(sites)
         old = trace.decisions[i]
         return trace.with_decision(i, rng.choice([k for k in range(len(trace.instructions[i].inputs[0])) if k != old]))
+
+
+@MUTATORS.register("structure")
+class MutateStructure(Mutator):
+    rederives = True
+
+    def apply(self, trace: Trace, rng: random.Random, ctx: SpaceContext) -> Trace | None:
+        return resample_categorical(trace, structural_categoricals(trace), rng)
