@@ -10,6 +10,11 @@ An upper-bound guard `c * v + rest < N` (c > 0, rest bounded by the ranges of th
 loops around and inside) holds for every v below some T; the loop over v is split
 at T and each part re-simplified, which folds the guard away in the main part.
 Splits and vector remainders then cost nothing inside the hot loop.
+
+When such a guard wraps everything a loop does, the iterations for which it
+holds for no inner value are dead and are dropped first: a tile that covers
+1000 columns with 2 x 16 x 48 keeps, in its last 768-column strip, one 48-wide
+tile of which 40 columns are live, not 16 tiles of which 15 only test the guard.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from ir import dtype as dt
 from ir.expr import Binary, Const, Expr, Var
 from ir.lower.simplify import _linear, bound, simplify_stmt
 from ir.node import walk
-from ir.program import For, IfThenElse, Program, SeqStmt, Stmt, seq
+from ir.program import Allocate, For, IfThenElse, Program, SeqStmt, Stmt, seq
 from ir.visit import substitute
 
 Ranges = dict[Var, tuple[int, int]]
@@ -36,6 +41,10 @@ def _part(s: Stmt, env: Ranges) -> Stmt:
     if isinstance(s, For):
         if isinstance(s.extent, Const):
             n = int(s.extent.value)
+            live = _live_limit(s, env)
+            if live is not None and live < n:
+                shorter = simplify_stmt(replace(s, extent=Const(live, "int64")), env) if live > 0 else None
+                return seq() if shorter is None else _part(shorter, env)
             t = _split_point(s, env)
             if t is not None and 0 < t < n:
                 main = For(s.var, Const(t, "int64"), s.kind, s.body, s.annotations)
@@ -51,19 +60,42 @@ def _part(s: Stmt, env: Ranges) -> Stmt:
         then = _part(s.then_case, env)
         other = _part(s.else_case, env) if s.else_case is not None else None
         return IfThenElse(s.cond, then, other)
-    from ir.program import Allocate
-
     if isinstance(s, Allocate):
         return replace(s, body=_part(s.body, env))
     return s
 
 
-def _split_point(loop: For, env: Ranges) -> int | None:
-    """The number of leading iterations for which every upper-bound guard on `loop` holds."""
+def _inner_ranges(loop: For, env: Ranges) -> Ranges:
     ranges = dict(env)
     for n in walk(loop.body):
         if isinstance(n, For) and isinstance(n.extent, Const):
             ranges[n.var] = (0, int(n.extent.value) - 1)
+    return ranges
+
+
+def _live_limit(loop: For, env: Ranges) -> int | None:
+    """Leading iterations that can do anything, when every store of the body is under a
+    guard on `loop`: past them each guard holds for no inner value. None: no such bound."""
+    return _live(loop.body, loop.var, _inner_ranges(loop, env))
+
+
+def _live(s: Stmt, var: Var, ranges: Ranges) -> int | None:
+    if isinstance(s, SeqStmt):
+        limits = [_live(x, var, ranges) for x in s.stmts]
+        return None if any(t is None for t in limits) else max(limits, default=0)  # type: ignore[type-var]
+    if isinstance(s, For | Allocate):
+        return _live(s.body, var, ranges)
+    if isinstance(s, IfThenElse) and s.else_case is None:
+        limits = [_guard_limit(c, var, ranges, lowest=True) for c in _conjuncts(s.cond)]
+        limits.append(_live(s.then_case, var, ranges))
+        known = [t for t in limits if t is not None]
+        return min(known) if known else None
+    return None
+
+
+def _split_point(loop: For, env: Ranges) -> int | None:
+    """The number of leading iterations for which every upper-bound guard on `loop` holds."""
+    ranges = _inner_ranges(loop, env)
     best: int | None = None
     for n in walk(loop.body):
         if isinstance(n, IfThenElse):
@@ -80,7 +112,9 @@ def _conjuncts(e: Expr) -> list[Expr]:
     return [e]
 
 
-def _guard_limit(cond: Expr, var: Var, ranges: Ranges) -> int | None:
+def _guard_limit(cond: Expr, var: Var, ranges: Ranges, *, lowest: bool = False) -> int | None:
+    """Iterations v (from 0) of an upper-bound guard `c * v + rest < N`: those for which it
+    holds for every value of `rest`, or (lowest) for at least one."""
     if not isinstance(cond, Binary) or cond.op not in ("lt", "le") or not dt.is_int(cond.a.dtype):
         return None
     lin = _linear(cond.a - cond.b)
@@ -95,7 +129,8 @@ def _guard_limit(cond: Expr, var: Var, ranges: Ranges) -> int | None:
         rng = bound(atom, ranges)
         if rng is None:
             return None
-        hi += max(coeff * rng[0], coeff * rng[1])
+        pick = min if lowest else max
+        hi += pick(coeff * rng[0], coeff * rng[1])
     # c * v + hi < 0 (lt) or <= 0 (le)  <=>  v < (-hi) / c  (resp. v <= -hi / c)
     limit = -hi if cond.op == "le" else -hi - 1
     return max(0, limit // c + 1)
