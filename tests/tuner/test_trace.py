@@ -278,3 +278,52 @@ def test_forced_decisions_are_taken_in_order_repaired_until_a_call_differs() -> 
     assert sch.trace.decisions[len(sch.instructions) - 1] == expected
     tile = sch.sample_perfect_tile(k, n=2, max_innermost_factor=8, decision=[16, 2])
     assert list(tile) == [16, 2]  # the rule's own decision: nothing is forced any more
+
+
+@pytest.mark.parametrize(
+    ("decision", "extent", "why"),
+    [
+        ([1, 2, 16, 32], 1000, None),  # 1024 covers 1000: 24 to spare in the last 32-wide tile
+        ([25, 1, 1, 40], 1000, None),  # a perfect tiling is a cover too
+        ([1, 1, 16, 32], 1000, "less than the extent"),
+        ([2, 2, 16, 32], 1000, "level 0 to spare"),  # the second outer strip would be all spare
+        ([1, 64, 16, 32], 1000, "level 1 to spare"),
+        ([1, 2, 16, 128], 1000, "exceeds max_innermost_factor"),
+    ],
+)
+def test_cover_tiles_cover_the_extent_without_a_dead_level(decision: list[int], extent: int, why: str | None) -> None:
+    from tuner.trace.sampling import cover_tile_fits
+
+    got = cover_tile_fits(decision, extent, 4, 64)
+    assert (got is None) if why is None else (got is not None and why in got)
+
+
+def test_cover_tiles_sample_aligned_widths_repair_keeps_them_and_replay_checks_them() -> None:
+    from tuner.trace.sampling import cover_tile_fits, repair_cover_tile, sample_cover_tile
+
+    rng = random.Random(0)
+    drawn = [sample_cover_tile(rng, 1000, 4, 64) for _ in range(300)]
+    assert all(cover_tile_fits(d, 1000, 4, 64) is None for d in drawn)
+    assert {16, 32, 64} <= {d[-1] for d in drawn}  # widths 1000 is not a multiple of
+    assert all(sum(1 for d in drawn if d[-1] == w) > 0 for w in (8, 40))  # and its divisors
+    # 1024's tiling covers 1000 as it is; a too-wide inner level is cut to what is needed
+    assert repair_cover_tile([1, 2, 16, 32], 1000, 4, 64) == [1, 2, 16, 32]
+    assert repair_cover_tile([16, 2, 4, 8], 1000, 4, 8) == [16, 2, 4, 8]
+    assert repair_cover_tile([1, 64, 16, 32], 1000, 4, 64) == [1, 2, 16, 32]
+    assert repair_cover_tile([1, 1, 1, 128], 1000, 4, 64) == [16, 1, 1, 64]
+    # replay: a cover decision is checked as a cover (and a perfect tile as a perfect one)
+    task = library_task("matmul", {"m": 8, "n": 100, "k": 4})
+    sch = TracedSchedule(task.program)
+    _, j, _ = sch.get_loops(sch.get_block("C"))
+    tile = sch.sample_perfect_tile(j, n=3, max_innermost_factor=32, decision=[2, 4, 16], cover=True)
+    sch.split(j, tile)
+    trace = sch.trace
+    assert Trace.from_json(json.loads(json.dumps(trace.to_json()))) == trace
+    assert_correct(task, trace.apply(task.program).program)
+    assert "cover=True" in trace.as_python()
+    with pytest.raises(TraceError, match="level 0 to spare"):
+        trace.with_decision(2, [3, 4, 16]).apply(task.program)
+    plain = TracedSchedule(task.program)
+    _, j2, _ = plain.get_loops(plain.get_block("C"))
+    with pytest.raises(TraceError, match="multiply to 128, not the extent 100"):
+        plain.sample_perfect_tile(j2, n=3, max_innermost_factor=32, decision=[2, 4, 16])

@@ -80,5 +80,65 @@ def repair_perfect_tile(decision: Sequence[int], extent: int, n: int, max_innerm
     return factors
 
 
+def cover_innermost_choices(extent: int, max_innermost_factor: int) -> list[int]:
+    """Innermost factors of a covering tile: the divisors of `extent` and the powers of two,
+    up to `max_innermost_factor` and the extent."""
+    top = min(max_innermost_factor, extent)
+    twos = [1 << b for b in range(top.bit_length()) if 1 << b <= top]
+    return sorted({d for d in divisors(extent) if d <= top} | set(twos)) or [1]
+
+
+def sample_cover_tile(rng: random.Random, extent: int, n: int, max_innermost_factor: int) -> list[int]:
+    """n factors that cover `extent`, perhaps with some to spare (an imperfect tiling).
+
+    The innermost is a divisor of the extent or a power of two (1000 columns
+    take 32-wide tiles: 31 whole ones and a guarded tail of 8, which loop
+    partitioning turns into a guard-free main loop and an 8-wide remainder); the
+    outer levels are a perfect tiling of the tiles needed, so less than one
+    innermost tile is spare. Where the innermost divides the extent this is a
+    perfect tiling, drawn as `sample_perfect_tile` draws it.
+    """
+    inner = rng.choice(cover_innermost_choices(extent, max_innermost_factor))
+    if n == 1:
+        return [extent]
+    tiles = -(-extent // inner)
+    return [*sample_perfect_tile(rng, tiles, n - 1, tiles), inner]
+
+
+def cover_tile_fits(decision: Sequence[int], extent: int, n: int, max_innermost_factor: int) -> str | None:
+    """None when `decision` covers `extent` without a level whose last iteration is dead
+    everywhere (every perfect tiling qualifies), else why not."""
+    if len(decision) != n or not all(isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in decision):
+        return f"expected {n} positive integer factors, got {list(decision)}"
+    if math.prod(decision) < extent:
+        return f"factors {list(decision)} multiply to {math.prod(decision)}, less than the extent {extent}"
+    if decision[-1] > max_innermost_factor:
+        return f"innermost factor {decision[-1]} exceeds max_innermost_factor {max_innermost_factor}"
+    for k in range(n):
+        inner = math.prod(decision[k + 1 :])
+        if (decision[k] - 1) * inner >= extent:
+            return f"factors {list(decision)} cover the extent {extent} with level {k} to spare"
+    return None
+
+
+def repair_cover_tile(decision: Sequence[int], extent: int, n: int, max_innermost_factor: int) -> list[int]:
+    """The covering tile nearest to `decision`: its inner factors kept where they fit (1024's
+    [1, 2, 16, 32] covers 1000 as it is), each level at most what the extent needs, the
+    outermost what is left to cover."""
+    old = list(decision) + [1] * max(0, n - len(decision))
+    old = old[-n:] if len(old) > n else old
+    factors = [f if isinstance(f, int) and not isinstance(f, bool) and f > 0 else 1 for f in old]
+    if n == 1:
+        return [extent]
+    choices = cover_innermost_choices(extent, max_innermost_factor)
+    if factors[-1] > min(max_innermost_factor, extent):
+        factors[-1] = _nearest_factor(choices, factors[-1])
+    for k in range(n - 2, 0, -1):
+        inner = math.prod(factors[k + 1 :])
+        factors[k] = min(factors[k], -(-extent // inner))
+    factors[0] = -(-extent // math.prod(factors[1:]))
+    return factors
+
+
 def sample_categorical(rng: random.Random, probabilities: Sequence[float]) -> int:
     return rng.choices(range(len(probabilities)), weights=probabilities, k=1)[0]

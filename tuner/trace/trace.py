@@ -185,7 +185,8 @@ class Trace:
             elif k == "sample_perfect_tile":
                 call = (
                     f"sch.sample_perfect_tile({args[0]}, n={attrs['n']}, "
-                    f"max_innermost_factor={attrs['max_innermost_factor']}, decision={self.decisions.get(i)!r})"
+                    f"max_innermost_factor={attrs['max_innermost_factor']}, decision={self.decisions.get(i)!r}"
+                    + (", cover=True)" if attrs.get("cover") is True else ")")
                 )
             elif k == "sample_categorical":
                 call = (

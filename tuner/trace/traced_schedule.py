@@ -277,8 +277,16 @@ class TracedSchedule:
         return self.rng
 
     def sample_perfect_tile(
-        self, loop: LoopRV, n: int, max_innermost_factor: int = 64, decision: Sequence[int] | None = None
+        self,
+        loop: LoopRV,
+        n: int,
+        max_innermost_factor: int = 64,
+        decision: Sequence[int] | None = None,
+        *,
+        cover: bool = False,
     ) -> list[IntRV]:
+        """n tile sizes of `loop`; with `cover`, tiles that may cover the extent with some to
+        spare (`sampling.sample_cover_tile`: the split guards the excess)."""
         lp = find_loop(self.program, loop_name(loop))
         from ir.expr import Const
 
@@ -286,19 +294,26 @@ class TracedSchedule:
             raise ScheduleError(f"loop {loop_name(loop)}: extent is not a constant; cannot tile it")
         extent = int(lp.extent.value)
         decision, forced = self._take(("sample_perfect_tile", n), decision)
+        fits, draw, repair = (
+            (sampling.cover_tile_fits, sampling.sample_cover_tile, sampling.repair_cover_tile)
+            if cover
+            else (sampling.perfect_tile_fits, sampling.sample_perfect_tile, sampling.repair_perfect_tile)
+        )
         if decision is None:
-            chosen = sampling.sample_perfect_tile(self._need_rng("sample_perfect_tile"), extent, n, max_innermost_factor)
+            chosen = draw(self._need_rng("sample_perfect_tile"), extent, n, max_innermost_factor)
         else:
             chosen = [int(x) for x in decision] if all(isinstance(x, int) for x in decision) else list(decision)
-            why = sampling.perfect_tile_fits(chosen, extent, n, max_innermost_factor)
+            why = fits(chosen, extent, n, max_innermost_factor)
             if why is not None:
                 if not (self.repair or forced):
                     raise TraceError(
                         f"instruction {len(self.instructions)} sample_perfect_tile on loop {loop_name(loop)}: "
                         f"decision no longer fits ({why}); replay with repair to re-choose it"
                     )
-                chosen = sampling.repair_perfect_tile(chosen, extent, n, max_innermost_factor)
-        attrs = {"n": n, "max_innermost_factor": max_innermost_factor}
+                chosen = repair(chosen, extent, n, max_innermost_factor)
+        attrs: dict[str, Any] = {"n": n, "max_innermost_factor": max_innermost_factor}
+        if cover:
+            attrs["cover"] = True
         return self._record("sample_perfect_tile", (loop,), attrs, lambda: list(chosen), decision=list(chosen))
 
     def _choice(
@@ -418,7 +433,9 @@ def replay_instruction(sch: TracedSchedule, inst: Instruction, env: dict[str, An
             raise TraceError(f"pack_panels: panel width {args[1]!r} is not an integer")
         out = sch.pack_panels(_handle(args[0], k), attrs["buffer"], args[1])
     elif k == "sample_perfect_tile":
-        out = sch.sample_perfect_tile(_handle(args[0], k), attrs["n"], attrs["max_innermost_factor"], decision=decision)
+        out = sch.sample_perfect_tile(
+            _handle(args[0], k), attrs["n"], attrs["max_innermost_factor"], decision=decision, cover=attrs.get("cover") is True
+        )
     elif k == "sample_categorical":
         out = sch.sample_categorical(list(attrs["candidates"]), list(attrs["probabilities"]), decision=decision)
     elif k == "sample_loop":

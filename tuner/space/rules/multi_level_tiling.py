@@ -1,8 +1,11 @@
 """Multi-level tiling for CPUs ("SSRSRS"), with a local accumulator and a packed weight.
 
 For a reduction block that reuses data (matmul, conv: some input is indexed
-without some output axis), each spatial loop is split in four and each
-reduction loop in two by sampled perfect tiles, and the pieces are ordered
+without some output axis), each spatial loop is split in four by sampled
+covering tiles (perfect where the innermost divides the extent, else with a
+guarded remainder: 1000 columns in 32-wide vector tiles, not 40-wide ones that
+span 2.5 registers) and each reduction loop in two by sampled perfect tiles,
+and the pieces are ordered
 
     S0 S1 R0 S2 R1 S3        e.g. matmul: i0 j0 | i1 j1 | k0 | i2 j2 | k1 | i3 j3
 
@@ -46,7 +49,7 @@ from ir.schedule.state import find_block, loops_above
 from tuner.space.analysis import has_reuse, is_elementwise, is_simple, loop_role, written_buffer
 from tuner.space.context import SpaceContext
 from tuner.space.rules.base import RULES, ScheduleRule
-from tuner.trace.sampling import divisors, sample_perfect_tile
+from tuner.trace.sampling import cover_innermost_choices, sample_cover_tile, sample_perfect_tile
 from tuner.trace.traced_schedule import BlockRef, IntRV, LoopRef, TracedSchedule
 
 _DRAWS = 64
@@ -113,8 +116,8 @@ class MultiLevelTiling(ScheduleRule):
         ]
         drawn = self._draw(sch, shapes, roles, vector_axis, ctx)
         tiles: list[list[IntRV]] = [
-            sch.sample_perfect_tile(lp, n=n, max_innermost_factor=bound, decision=decision)
-            for lp, (_, n, bound), decision in zip(loops, shapes, drawn)
+            sch.sample_perfect_tile(lp, n=n, max_innermost_factor=bound, decision=decision, cover=role == "spatial")
+            for lp, (_, n, bound), decision, role in zip(loops, shapes, drawn, roles)
         ]
 
         # 2. a sampled choice: pack the weight into panels as wide as the vector tile
@@ -195,11 +198,14 @@ class MultiLevelTiling(ScheduleRule):
         lanes = ctx.lanes
         budget = self.max_accumulators or (24 if lanes >= 16 else 12)
         extent, _, bound = shapes[vector_axis]
-        wide = [d for d in divisors(extent) if lanes <= d <= bound]
+        wide = [d for d in cover_innermost_choices(extent, bound) if lanes <= d]
         drawn: list[list[int]] = []
         fallback: list[list[int]] | None = None
         for _ in range(_DRAWS):
-            drawn = [sample_perfect_tile(sch.rng, ext, n, bnd) for ext, n, bnd in shapes]
+            drawn = [
+                (sample_cover_tile if role == "spatial" else sample_perfect_tile)(sch.rng, ext, n, bnd)
+                for (ext, n, bnd), role in zip(shapes, roles)
+            ]
             vector = drawn[vector_axis][-1]
             registers = (
                 -(-vector // lanes)
