@@ -15,6 +15,8 @@ import pytest
 from benchmarks import tune
 from benchmarks.__main__ import main
 from benchmarks.report import text_table
+from ir.task import library_task
+from workers.timing import MeasureConfig
 
 
 def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
@@ -253,3 +255,50 @@ def test_reuse_over_seeds_is_judged_on_the_medians() -> None:
     assert row[1].startswith("median of 3 seeds: 9.7 ms vs 9.6 ms") and "9.5 vs 9.6" in row[1]
     assert row[2] == "not met"
     assert len(tune._all_rows([], result["tune"])) == 6  # every seed's runs count as the tuner's own CPU
+
+
+def test_reuse_is_judged_head_to_head_when_the_result_has_it() -> None:
+    def run(best: float, final: float) -> dict[str, object]:
+        return {"history_ms": [2 * best, best], "latency_ms": final}
+
+    warm = [run(7.7, 7.9), run(7.7, 7.9), run(8.2, 8.1)]
+    cold = [run(7.6, 7.8), run(7.4, 8.2), run(7.7, 8.1)]
+    duels = [{"warm_ms": 7.9, "cold_ms": 7.8, "numpy_ms": 8.0}, {"warm_ms": 7.8, "cold_ms": 8.1, "numpy_ms": 8.0},
+             {"warm_ms": 8.0, "cold_ms": 8.1, "numpy_ms": 8.2}]  # fmt: skip
+    ratios = [d["cold_ms"] / d["warm_ms"] for d in duels]
+    ex = {
+        "warm_trials": 32, "cold_trials": 128, "seeds": [0, 1, 2],
+        "warm_best_ms": 7.7, "cold_best_ms": 7.6, "warm_by_seed": [7.7, 7.7, 8.2], "cold_by_seed": [7.6, 7.4, 7.7],
+        "warm_final_by_seed": [7.9, 7.9, 8.1], "cold_final_by_seed": [7.8, 8.2, 8.1],
+        "head_to_head": duels, "cold_over_warm_by_seed": ratios, "cold_over_warm": sorted(ratios)[1],
+        "verdict_on": "head_to_head", "met": sorted(ratios)[1] >= 1, "met_while_tuning": False,
+        "warm": warm[0], "cold": cold[0],
+        "per_seed": [{"seed": s, "warm": w, "cold": c} for s, w, c in zip([0, 1, 2], warm, cold)],
+    }  # fmt: skip
+    result = {"seed": 0, "tune": {"extras": {"reuse": ex}}}
+    _, rows = tune.extras_table(result)
+    (row,) = rows
+    assert row[1].startswith("head to head") and "7.9 vs 7.8" in row[1] and "7.7 vs 7.6 ms" in row[1]
+    assert row[2] == "met"  # median cold/warm 8.1/8.0 > 1, although the best while tuning says otherwise
+    assert "median over the seeds of cold / warm" in (tune.extras_note(result) or "")
+
+
+def test_head_to_head_times_verified_kernels_of_each_run_in_one_call(tmp_path: Path) -> None:
+    import random
+
+    from codegen.target import Target
+    from tuner.space import default_space
+
+    task = library_task("matmul", {"m": 32, "n": 48, "k": 16})
+    target = Target.host(1)
+    space = default_space(task.program, target)
+    traces = [space.sample(random.Random(s)) for s in (1, 2)]
+    rows = {
+        name: {"best_trace_json": t.to_json(), "target": target.canonical()} for name, t in zip(("warm", "cold"), traces)
+    }
+    ctx = tune.Context(folder=tmp_path, seed=0, quiet_wait_s=0, measure=MeasureConfig(warmup=1, number=2, repeat=3),
+                       log=lambda _: None)  # fmt: skip
+    duel = tune.head_to_head(ctx, task, rows)
+    assert duel is not None and set(duel) == {"warm_ms", "cold_ms", "numpy_ms"}
+    assert all(v > 0 for v in duel.values())
+    assert tune.head_to_head(ctx, task, {"warm": rows["warm"], "cold": {"best_trace_json": None}}) is None
