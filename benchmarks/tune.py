@@ -380,6 +380,9 @@ def tune_one(
         "failures": dict(run.failures),
         "best_record_id": outcome.best.record_id if outcome.best is not None else None,
         "best_tuning_ms": outcome.best.median_ms if outcome.best is not None else None,
+        "finalists": [
+            {"tuning_ms": f.record.median_ms, "retimed_ms": f.retimed_ms} for f in outcome.finalists
+        ],
         "best_trace": best_trace.as_python() if best_trace is not None else None,
         "best_trace_json": best_trace.to_json() if best_trace is not None else None,
         "pool_cpu_s": helped,

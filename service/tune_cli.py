@@ -91,6 +91,7 @@ def tune_result(outcome: Any, trials: int) -> dict[str, Any]:
             else None
         ),
         "best_record_ms": outcome.best.median_ms if outcome.best is not None else None,
+        "finalists": [_finalist(f) for f in getattr(outcome, "finalists", ())],
         "history": list(run.history),
         "failures": dict(failures),
     }
@@ -99,6 +100,14 @@ def tune_result(outcome: Any, trials: int) -> dict[str, Any]:
     elif cmp is not None and not cmp.correct:
         result["error"] = cmp.message
     return result
+
+
+def _finalist(f: Any) -> dict[str, Any]:
+    """A finalist's record, its tuning median and its re-timed median (workers/finalists.py)."""
+    out = {"record_id": f.record.record_id, "tuning_ms": f.record.median_ms, "retimed_ms": f.retimed_ms}
+    if f.message:
+        out["message"] = f.message
+    return out
 
 
 def load_tasks_file(path: str) -> list[tuple[Any, float]]:

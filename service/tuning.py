@@ -2,8 +2,9 @@
 
 `loomtune tune` and `loomtune.tune(...)` both come here: the database (SQLite
 by default), the design space for the target, the strategy by name, the local
-pool of measurement processes, the loop; then the best stored record is
-compiled once more and timed against numpy, interleaved, in this process.
+pool of measurement processes, the loop; then the few best stored records are
+re-timed together and the fastest is compiled once more and timed against
+numpy, interleaved, in this process (`workers/finalists.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tuner.space.base import DesignSpace
 from tuner.strategy import SearchContext, default_strategy, make_strategy
 from tuner.trace.trace import Trace
 from workers.compare import Comparison, compare_with_numpy
+from workers.finalists import FINALISTS, Finalist, select_fastest
 
 
 def make_space(task: Task, target: Target) -> DesignSpace:
@@ -37,9 +39,12 @@ class TuneOutcome:
     strategy: str
     run: TuneRun
     best: TuningRecord | None
-    """The best stored record of the workload on the target (this run's or an earlier one's)."""
+    """The fastest of the best stored records of the workload on the target (this run's or
+    earlier ones') when re-timed together; the database's best (lowest tuning median)
+    where none of them could be re-timed."""
     kernel: Kernel | None = None
     comparison: Comparison | None = None
+    finalists: tuple[Finalist, ...] = ()
 
     @property
     def best_trace(self) -> Trace | None:
@@ -49,8 +54,12 @@ class TuneOutcome:
 def _finish(task: Task, target: Target, strategy: str, run: TuneRun, database: Database, compare: bool) -> TuneOutcome:
     outcome = TuneOutcome(task, target, strategy, run, database.best(task.key, target.canonical()))
     if outcome.best is not None:
-        program = Trace.from_json(outcome.best.trace).apply(task.program).program
-        outcome.kernel = compile_program(program, target)
+        chosen = select_fastest(task, target, database.top_k(task.key, target.canonical(), FINALISTS))
+        if chosen is not None:
+            outcome.best, outcome.kernel, outcome.finalists = chosen.best, chosen.kernel, chosen.finalists
+        else:
+            program = Trace.from_json(outcome.best.trace).apply(task.program).program
+            outcome.kernel = compile_program(program, target)
         if compare:
             outcome.comparison = compare_with_numpy(outcome.kernel, task, threads=target.num_threads)
     return outcome

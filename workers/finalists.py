@@ -1,0 +1,93 @@
+"""The last step of a tuning run: the few best stored records re-timed together.
+
+While tuning, each candidate is timed with a few short repeats at its own
+moment, and the machine drifts (by up to 25% over tens of minutes on a
+shared VM). The record with the lowest median is then the minimum over many
+noisy draws, and often a lucky one: on the znver5 VM the best matmul 512³
+kernel re-timed 7% slower than its tuning median while the runner-up was not
+(a winner's curse). So the top `FINALISTS` records are compiled, verified
+and timed interleaved in one call, and the fastest of them is what a tuning
+run returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from codegen.kernel import Kernel, compile_program
+from codegen.target import Target
+from ir.errors import LoomtuneError
+from ir.schedule import ScheduleError
+from ir.task import Task
+from tuner.database import TuningRecord
+from tuner.trace.errors import TraceError
+from tuner.trace.trace import Trace
+from workers.machine import limit_numpy_threads
+from workers.timing import MeasureConfig, time_interleaved
+from workers.verify import empty_outputs, verify
+
+FINALISTS = 4
+"""Stored bests re-timed together at the end of a run."""
+
+FINAL_CONFIG = MeasureConfig(warmup=1, number=0, repeat=7, min_repeat_ms=10.0)
+"""Longer than a tuning measurement (3 repeats of 2 ms): 4 kernels cost about a second."""
+
+
+@dataclass(frozen=True)
+class Finalist:
+    record: TuningRecord
+    retimed_ms: float | None
+    """Median of the interleaved re-timing; None when it no longer compiled or verified."""
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Selection:
+    best: TuningRecord
+    kernel: Kernel
+    finalists: tuple[Finalist, ...]
+
+
+def select_fastest(
+    task: Task, target: Target, records: Sequence[TuningRecord], config: MeasureConfig = FINAL_CONFIG
+) -> Selection | None:
+    """The fastest of `records` (best first, as the database orders them) re-timed together.
+
+    A record whose trace no longer compiles or whose kernel is wrong is left out
+    (with its message); None when none is left. A single record is returned
+    without timing.
+    """
+    inputs = task.make_inputs(seed=0)
+    with limit_numpy_threads(target.num_threads):
+        refs = task.reference(inputs)
+    kernels: list[tuple[TuningRecord, Kernel, list]] = []
+    dropped: list[Finalist] = []
+    for record in records:
+        try:
+            program = Trace.from_json(record.trace).apply(task.program).program
+            kernel = compile_program(program, target)
+        except (ScheduleError, TraceError, LoomtuneError) as e:  # a stored trace this version refuses
+            dropped.append(Finalist(record, None, f"{type(e).__name__}: {e}"))
+            continue
+        outputs = empty_outputs(task.output_specs())
+        try:
+            kernel(*inputs, *outputs)
+        except LoomtuneError as e:  # e.g. a scratch allocation that fails here
+            dropped.append(Finalist(record, None, str(e)))
+            continue
+        wrong = verify(outputs, refs, task.output_names, task.reduction_length)
+        if wrong is not None:
+            dropped.append(Finalist(record, None, wrong))
+            continue
+        kernels.append((record, kernel, outputs))
+    if not kernels:
+        return None
+    if len(kernels) == 1:
+        record, kernel, _ = kernels[0]
+        return Selection(record, kernel, (Finalist(record, None), *dropped))
+    timings = time_interleaved([k.bind_call(*inputs, *out) for _, k, out in kernels], config)
+    ranked = sorted(zip(kernels, timings), key=lambda kt: kt[1].median_ms)
+    (record, kernel, _), _ = ranked[0]
+    finalists = tuple(Finalist(r, t.median_ms) for (r, _, _), t in ranked) + tuple(dropped)
+    return Selection(record, kernel, finalists)
