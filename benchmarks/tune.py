@@ -392,7 +392,8 @@ def tune_one(
     }
     ctx.log(
         f"  {label}: {run.trials_done} trials in {tune_s:.1f} s "
-        f"({row['candidates_per_s'] or 0:.2f}/s), best while tuning {row['best_tuning_ms']} ms"
+        f"({row['candidates_per_s'] or 0:.2f}/s), best while tuning {history[-1] if history else None} ms, "
+        f"the fastest finalist's {row['best_tuning_ms']} ms"
     )
     if final:
         row.update(final_comparison(ctx, task, outcome.kernel, tvm))
