@@ -52,9 +52,10 @@ class TuneOutcome:
 
 
 def _finish(task: Task, target: Target, strategy: str, run: TuneRun, database: Database, compare: bool) -> TuneOutcome:
-    outcome = TuneOutcome(task, target, strategy, run, database.best(task.key, target.canonical()))
+    top = database.top_k(task.key, target.canonical(), FINALISTS)  # the database's best first
+    outcome = TuneOutcome(task, target, strategy, run, top[0] if top else None)
     if outcome.best is not None:
-        chosen = select_fastest(task, target, database.top_k(task.key, target.canonical(), FINALISTS))
+        chosen = select_fastest(task, target, top)
         if chosen is not None:
             outcome.best, outcome.kernel, outcome.finalists = chosen.best, chosen.kernel, chosen.finalists
         else:

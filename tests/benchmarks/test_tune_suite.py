@@ -233,22 +233,32 @@ def test_the_scheduler_extra_alternates_the_policies_over_seeds_and_judges_the_m
     assert "alternating seed by seed" in (tune.extras_note(result) or "")
 
 
-def test_reuse_over_seeds_is_judged_on_the_medians() -> None:
-    """The rendering of a reuse result over three seeds (the run itself needs matmul 1024³: too slow here)."""
+def _reuse_extra(
+    warm: list[tuple[float, float]], cold: list[tuple[float, float]], **fields: object
+) -> dict[str, object]:
+    """A reuse result over three seeds from (best while tuning, re-timed final) per seed."""
 
     def run(best: float, final: float) -> dict[str, object]:
         return {"history_ms": [2 * best, best], "latency_ms": final}
 
-    warm = [run(9.7, 9.7), run(9.5, 9.9), run(10.2, 10.0)]
-    cold = [run(9.5, 10.4), run(9.6, 10.1), run(9.9, 10.3)]
-    ex = {
+    warm_rows, cold_rows = [run(*w) for w in warm], [run(*c) for c in cold]
+    return {
         "warm_trials": 32, "cold_trials": 128, "seeds": [0, 1, 2],
-        "warm_best_ms": 9.7, "cold_best_ms": 9.6, "met": False,
-        "warm_by_seed": [9.7, 9.5, 10.2], "cold_by_seed": [9.5, 9.6, 9.9],
-        "warm_final_by_seed": [9.7, 9.9, 10.0], "cold_final_by_seed": [10.4, 10.1, 10.3],
-        "warm": warm[0], "cold": cold[0],
-        "per_seed": [{"seed": s, "warm": w, "cold": c} for s, w, c in zip([0, 1, 2], warm, cold)],
+        "warm_by_seed": [b for b, _ in warm], "cold_by_seed": [b for b, _ in cold],
+        "warm_final_by_seed": [f for _, f in warm], "cold_final_by_seed": [f for _, f in cold],
+        "warm": warm_rows[0], "cold": cold_rows[0],
+        "per_seed": [{"seed": s, "warm": w, "cold": c} for s, w, c in zip([0, 1, 2], warm_rows, cold_rows)],
+        **fields,
     }  # fmt: skip
+
+
+def test_reuse_over_seeds_is_judged_on_the_medians() -> None:
+    """The rendering of a reuse result over three seeds (the run itself needs matmul 1024³: too slow here)."""
+
+    ex = _reuse_extra(
+        [(9.7, 9.7), (9.5, 9.9), (10.2, 10.0)], [(9.5, 10.4), (9.6, 10.1), (9.9, 10.3)],
+        warm_best_ms=9.7, cold_best_ms=9.6, met=False,
+    )  # fmt: skip
     result = {"seed": 0, "tune": {"extras": {"reuse": ex}}}
     _, rows = tune.extras_table(result)
     (row,) = rows
@@ -258,23 +268,15 @@ def test_reuse_over_seeds_is_judged_on_the_medians() -> None:
 
 
 def test_reuse_is_judged_head_to_head_when_the_result_has_it() -> None:
-    def run(best: float, final: float) -> dict[str, object]:
-        return {"history_ms": [2 * best, best], "latency_ms": final}
-
-    warm = [run(7.7, 7.9), run(7.7, 7.9), run(8.2, 8.1)]
-    cold = [run(7.6, 7.8), run(7.4, 8.2), run(7.7, 8.1)]
     duels = [{"warm_ms": 7.9, "cold_ms": 7.8, "numpy_ms": 8.0}, {"warm_ms": 7.8, "cold_ms": 8.1, "numpy_ms": 8.0},
              {"warm_ms": 8.0, "cold_ms": 8.1, "numpy_ms": 8.2}]  # fmt: skip
     ratios = [d["cold_ms"] / d["warm_ms"] for d in duels]
-    ex = {
-        "warm_trials": 32, "cold_trials": 128, "seeds": [0, 1, 2],
-        "warm_best_ms": 7.7, "cold_best_ms": 7.6, "warm_by_seed": [7.7, 7.7, 8.2], "cold_by_seed": [7.6, 7.4, 7.7],
-        "warm_final_by_seed": [7.9, 7.9, 8.1], "cold_final_by_seed": [7.8, 8.2, 8.1],
-        "head_to_head": duels, "cold_over_warm_by_seed": ratios, "cold_over_warm": sorted(ratios)[1],
-        "verdict_on": "head_to_head", "met": sorted(ratios)[1] >= 1, "met_while_tuning": False,
-        "warm": warm[0], "cold": cold[0],
-        "per_seed": [{"seed": s, "warm": w, "cold": c} for s, w, c in zip([0, 1, 2], warm, cold)],
-    }  # fmt: skip
+    ex = _reuse_extra(
+        [(7.7, 7.9), (7.7, 7.9), (8.2, 8.1)], [(7.6, 7.8), (7.4, 8.2), (7.7, 8.1)],
+        warm_best_ms=7.7, cold_best_ms=7.6, head_to_head=duels, cold_over_warm_by_seed=ratios,
+        cold_over_warm=sorted(ratios)[1], verdict_on="head_to_head", met=sorted(ratios)[1] >= 1,
+        met_while_tuning=False,
+    )  # fmt: skip
     result = {"seed": 0, "tune": {"extras": {"reuse": ex}}}
     _, rows = tune.extras_table(result)
     (row,) = rows
