@@ -355,11 +355,14 @@ def cmd_best(args: argparse.Namespace) -> int:
         return cmd_best_remote(args)
     task = resolve_task(args.workload, None)
     target = _export_target(args.target, args.threads).canonical()
-    record = open_database().best(task.key, target)
+    database = open_database()
+    record = database.best(task.key, target)
     if record is None:
         raise DatabaseError(
             f"no correct record of {task.op} {_params_text(task.params)} on {target}; tune it first"
         )
+    final = database.final(task.key, target)
+    retimed_ms = final.retimed_ms if final is not None and final.record_id == record.record_id else None
     if args.output is not None:
         try:
             trace = Trace.from_json(record.trace)
@@ -375,6 +378,7 @@ def cmd_best(args: argparse.Namespace) -> int:
         "record_id": record.record_id,
         "measured_at": record.measured_at.isoformat(),
         "latency_ms": record.median_ms,
+        "retimed_ms": retimed_ms,
         "run_times_ms": list(record.run_times_ms),
         "trace": record.trace,
     }
@@ -382,9 +386,16 @@ def cmd_best(args: argparse.Namespace) -> int:
         _print_json(result)
     else:
         print(f"{task.op} {_params_text(task.params)} on {record.target}")
-        print(f"best: {record.median_ms:.4f} ms (median of {len(record.run_times_ms)} runs)")
+        print(best_line(record.median_ms, len(record.run_times_ms), retimed_ms))
         print(f"record {record.record_id}, measured {record.measured_at.isoformat()} by {record.worker or '?'}")
     return 0
+
+
+def best_line(median_ms: float, runs: int, retimed_ms: float | None) -> str:
+    line = f"best: {median_ms:.4f} ms (median of {runs} runs)"
+    if retimed_ms is not None:
+        line += f"; {retimed_ms:.4f} ms re-timed beside the other finalists, which chose it"
+    return line
 
 
 def cmd_db(args: argparse.Namespace) -> int:

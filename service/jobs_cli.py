@@ -266,7 +266,7 @@ def remote_target(text: str, threads: int | None) -> str:
 
 def cmd_best_remote(args: argparse.Namespace) -> int:
     """`loomtune best OP k=v --coordinator URL`: the coordinator's best record (same output as the local one)."""
-    from service.cli import UsageError, _log, _print_json, parse_workload_args
+    from service.cli import UsageError, _log, _print_json, best_line, parse_workload_args
     from tuner.trace.file import TraceFile
 
     op, params = parse_workload_args(args.workload, None)
@@ -288,6 +288,7 @@ def cmd_best_remote(args: argparse.Namespace) -> int:
         "record_id": best["record_id"],
         "measured_at": best["measured_at"],
         "latency_ms": best["latency_ms"],
+        "retimed_ms": best.get("retimed_ms"),
         "run_times_ms": best["run_times_ms"],
         "trace": best["trace"],
     }
@@ -296,6 +297,6 @@ def cmd_best_remote(args: argparse.Namespace) -> int:
     else:
         params_text = " ".join(f"{k}={v}" for k, v in best["params"].items())
         print(f"{best['op']} {params_text} on {short_target(best['target'])} (coordinator {client.url})")
-        print(f"best: {best['latency_ms']:.4f} ms (median of {len(best['run_times_ms'])} runs)")
+        print(best_line(best["latency_ms"], len(best["run_times_ms"]), best.get("retimed_ms")))
         print(f"record {best['record_id']}, measured {best['measured_at']} by {best.get('worker') or '?'}")
     return 0

@@ -12,16 +12,9 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from service.db import models as m
-from service.db.store import to_tuning_record
+from service.db.store import best_record_of, final_of, to_tuning_record
+from service.db.store import select_records as _select
 from tuner.database import TuningRecord
-
-
-def _select() -> Select[Any]:
-    return (
-        select(m.Record, m.Workload, m.Target.canonical)
-        .join(m.Workload, m.Workload.key == m.Record.workload_key)
-        .join(m.Target, m.Target.id == m.Record.target_id)
-    )
 
 
 def _fetch(session: Session, query: Select[Any]) -> list[TuningRecord]:
@@ -76,19 +69,17 @@ def record_of_trace(session: Session, workload_key: str, target_id: int, trace_h
     return found[0] if found else None
 
 
-def best_record(session: Session, workload_key: str, target: str) -> TuningRecord | None:
-    """The ok record with the lowest median (ties: earliest), through the best index."""
+def best_record(session: Session, workload_key: str, target: str) -> tuple[TuningRecord, float | None] | None:
+    """The finalists' choice with its re-timed median, else the ok record with the lowest
+    median and None (as `Database.best`); None when there is no ok record."""
     target_id = target_id_of(session, target)
     if target_id is None:
         return None
-    query = (
-        _select()
-        .where(m.Record.workload_key == workload_key, m.Record.target_id == target_id, m.Record.status == "ok")
-        .order_by(m.Record.median_ms, m.Record.measured_at, m.Record.record_id)
-        .limit(1)
-    )
-    found = _fetch(session, query)
-    return found[0] if found else None
+    record = best_record_of(session, workload_key, target_id)
+    if record is None:
+        return None
+    final = final_of(session, workload_key, target_id, target)
+    return record, (final.retimed_ms if final is not None and final.record_id == record.record_id else None)
 
 
 def best_of_jobs(session: Session, job_ids: list[int]) -> dict[int, tuple[float, str]]:

@@ -205,6 +205,9 @@ class BestOut(BaseModel):
     record_id: str
     measured_at: datetime
     latency_ms: float = Field(description="the stored median, ms")
+    retimed_ms: float | None = Field(
+        default=None, description="its median when a tuning run's finalists were re-timed together and chose it, ms"
+    )
     run_times_ms: list[float]
     worker: str
     trace: dict[str, Any]

@@ -40,8 +40,8 @@ class TuneOutcome:
     run: TuneRun
     best: TuningRecord | None
     """The fastest of the best stored records of the workload on the target (this run's or
-    earlier ones') when re-timed together; the database's best (lowest tuning median)
-    where none of them could be re-timed."""
+    earlier ones', and the earlier finalists' choice) when re-timed together, which the
+    database keeps as the workload's best; the database's best where none could be re-timed."""
     kernel: Kernel | None = None
     comparison: Comparison | None = None
     finalists: tuple[Finalist, ...] = ()
@@ -51,13 +51,26 @@ class TuneOutcome:
         return Trace.from_json(self.best.trace) if self.best is not None else None
 
 
+def _contenders(task: Task, canonical: str, database: Database) -> list[TuningRecord]:
+    """The best stored records by tuning median, and the earlier finalists' choice: it defends its place."""
+    top = database.top_k(task.key, canonical, FINALISTS)
+    reigning = database.best(task.key, canonical)
+    if reigning is not None and all(r.record_id != reigning.record_id for r in top):
+        top.append(reigning)
+    return top
+
+
 def _finish(task: Task, target: Target, strategy: str, run: TuneRun, database: Database, compare: bool) -> TuneOutcome:
-    top = database.top_k(task.key, target.canonical(), FINALISTS)  # the database's best first
+    canonical = target.canonical()
+    top = _contenders(task, canonical, database)
     outcome = TuneOutcome(task, target, strategy, run, top[0] if top else None)
     if outcome.best is not None:
         chosen = select_fastest(task, target, top)
         if chosen is not None:
             outcome.best, outcome.kernel, outcome.finalists = chosen.best, chosen.kernel, chosen.finalists
+            winner = chosen.finalists[0]
+            if winner.retimed_ms is not None:  # timed beside others: the database's best from now on
+                database.commit_final(task.key, canonical, winner.record.record_id, winner.retimed_ms)
         else:
             program = Trace.from_json(outcome.best.trace).apply(task.program).program
             outcome.kernel = compile_program(program, target)

@@ -12,7 +12,9 @@ Rules every implementation keeps:
   result is never fast, however short its run time;
 - a trace counts as measured once per (workload key, target, trace hash):
   committing a record whose record id, or whose trace, is already stored for
-  that workload and target stores nothing (so imports can be repeated).
+  that workload and target stores nothing (so imports can be repeated);
+- "best" is the finalists' choice where a tuning run left one (`FinalChoice`),
+  else the ok record with the lowest median.
 """
 
 from __future__ import annotations
@@ -226,6 +228,30 @@ class TuningRecord:
         )
 
 
+@dataclass(frozen=True)
+class FinalChoice:
+    """The record a tuning run's finalists chose for a workload on a target.
+
+    Tuning medians are a few short repeats each, taken at different moments of a
+    drifting machine, so the lowest one is often a lucky draw; the finalists
+    (`workers/finalists.py`) are re-timed together, which makes their choice the
+    better evidence of what is fastest, and `best` prefers it.
+    """
+
+    workload_key: str
+    target: str
+    record_id: str
+    retimed_ms: float
+    """The chosen record's median when re-timed beside the other finalists."""
+    decided_at: datetime = field(default_factory=utc_now)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.retimed_ms, int | float) or not math.isfinite(self.retimed_ms) or self.retimed_ms <= 0:
+            raise DatabaseError(f"a final choice needs a positive re-timed median, got {self.retimed_ms!r}")
+        object.__setattr__(self, "retimed_ms", float(self.retimed_ms))
+        object.__setattr__(self, "decided_at", _as_utc(self.decided_at))
+
+
 @runtime_checkable
 class Database(Protocol):
     """Where measurements go and where the search looks for what is known.
@@ -251,15 +277,22 @@ class Database(Protocol):
         """The k fastest ok records, by median, fastest first (ties: earliest)."""
 
     def best(self, workload_key: str, target: str) -> TuningRecord | None:
-        """The ok record with the lowest median, or None."""
+        """The finalists' choice if a run left one, else the ok record with the lowest median; or None."""
 
     def best_of_op(
         self, op: str, target: str, *, exclude_workload_key: str | None = None, limit: int = 64
     ) -> list[TuningRecord]:
-        """The best ok record of each other workload of operator `op` on the target.
+        """The best record (as `best` picks it) of each other workload of operator `op` on the target.
 
         Fastest first; the search seeds other parameters from these (`--repair`).
         """
+
+    def commit_final(self, workload_key: str, target: str, record_id: str, retimed_ms: float) -> FinalChoice:
+        """Keep the finalists' choice, replacing the previous one; the record must be an ok
+        record of that workload on that target (else `DatabaseError`)."""
+
+    def final(self, workload_key: str, target: str) -> FinalChoice | None:
+        """The finalists' last choice for the workload on the target, or None."""
 
     def training_records(self, target: str, *, limit: int | None = None) -> list[TuningRecord]:
         """Records of a target, every status, oldest first: what a cost model learns from."""
@@ -285,6 +318,7 @@ class InMemoryDatabase:
         self._records: dict[str, TuningRecord] = {}
         self._measured: set[tuple[str, str, str]] = set()
         self._models: dict[str, tuple[bytes, int]] = {}
+        self._finals: dict[tuple[str, str], FinalChoice] = {}
 
     def commit_workload(
         self, workload_key: str, op: str, params: Mapping[str, int], definition: Mapping[str, Any]
@@ -321,6 +355,9 @@ class InMemoryDatabase:
         return sorted(ok, key=_rank)[: max(k, 0)]
 
     def best(self, workload_key: str, target: str) -> TuningRecord | None:
+        chosen = self.final(workload_key, target)
+        if chosen is not None:
+            return self._records[chosen.record_id]
         top = self.top_k(workload_key, target, 1)
         return top[0] if top else None
 
@@ -333,7 +370,23 @@ class InMemoryDatabase:
                 continue
             if r.workload_key not in best or _rank(r) < _rank(best[r.workload_key]):
                 best[r.workload_key] = r
+        for key in best:
+            chosen = self.final(key, target)
+            if chosen is not None:
+                best[key] = self._records[chosen.record_id]
         return sorted(best.values(), key=_rank)[: max(limit, 0)]
+
+    def commit_final(self, workload_key: str, target: str, record_id: str, retimed_ms: float) -> FinalChoice:
+        choice = FinalChoice(workload_key, target, record_id, retimed_ms)
+        with self._lock:
+            record = self._records.get(record_id)
+            if record is None or (record.workload_key, record.target, record.status) != (workload_key, target, "ok"):
+                raise DatabaseError(f"record {record_id} is not an ok record of workload {workload_key} on {target}")
+            self._finals[(workload_key, target)] = choice
+        return choice
+
+    def final(self, workload_key: str, target: str) -> FinalChoice | None:
+        return self._finals.get((workload_key, target))
 
     def training_records(self, target: str, *, limit: int | None = None) -> list[TuningRecord]:
         with self._lock:

@@ -166,6 +166,20 @@ class Record(Base):
     measured_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class Final(Base):
+    """The record a tuning run's finalists chose for a workload on a target
+    (`tuner.database.FinalChoice`): `best` prefers it to the lowest tuning median."""
+
+    __tablename__ = "finals"
+    __table_args__ = (CheckConstraint("retimed_ms > 0", name="retimed_positive"),)
+
+    workload_key: Mapped[str] = mapped_column(ForeignKey("workloads.key"), primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"), primary_key=True)
+    record_id: Mapped[str] = mapped_column(ForeignKey("records.record_id", ondelete="CASCADE"))
+    retimed_ms: Mapped[float] = mapped_column(Double)
+    decided_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class CostModel(Base):
     """The latest trained cost model of a target (opaque bytes)."""
 

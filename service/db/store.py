@@ -14,13 +14,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Select, and_, bindparam, or_, select, update
+from sqlalchemy import Engine, Select, and_, bindparam, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import models as m
 from service.db.session import as_utc
-from tuner.database import DatabaseError, TuningRecord, utc_now
+from tuner.database import DatabaseError, FinalChoice, TuningRecord, utc_now
 
 
 def _insert(session: Session, table: Any) -> Any:
@@ -66,6 +66,42 @@ def to_tuning_record(rec: m.Record, wl: m.Workload, canonical: str) -> TuningRec
         measured_at=as_utc(rec.measured_at),
         job_id=rec.job_id,
     )
+
+
+def select_records() -> Select[Any]:
+    """Records with their workload and canonical target: what `to_tuning_record` reads."""
+    return (
+        select(m.Record, m.Workload, m.Target.canonical)
+        .join(m.Workload, m.Workload.key == m.Record.workload_key)
+        .join(m.Target, m.Target.id == m.Record.target_id)
+    )
+
+
+_BY_MEDIAN = (m.Record.median_ms, m.Record.measured_at, m.Record.record_id)
+"""How ok records rank: lowest median first, ties to the earliest."""
+
+
+def best_record_of(session: Session, workload_key: str, target_id: int) -> TuningRecord | None:
+    """The finalists' choice, else the ok record with the lowest median (through the best index)."""
+    chosen = select(m.Final.record_id).where(m.Final.workload_key == workload_key, m.Final.target_id == target_id)
+    lowest = (
+        select(m.Record.record_id)
+        .where(m.Record.workload_key == workload_key, m.Record.target_id == target_id, m.Record.status == "ok")
+        .order_by(*_BY_MEDIAN)
+        .limit(1)
+    )
+    best_id = func.coalesce(chosen.scalar_subquery(), lowest.scalar_subquery())
+    rows = session.execute(select_records().where(m.Record.record_id == best_id)).all()
+    return to_tuning_record(*rows[0]) if rows else None
+
+
+def final_of(session: Session, workload_key: str, target_id: int, canonical: str) -> FinalChoice | None:
+    row = session.execute(
+        select(m.Final.record_id, m.Final.retimed_ms, m.Final.decided_at).where(
+            m.Final.workload_key == workload_key, m.Final.target_id == target_id
+        )
+    ).first()
+    return None if row is None else FinalChoice(workload_key, canonical, row[0], row[1], as_utc(row[2]))
 
 
 class SQLDatabase:
@@ -171,11 +207,7 @@ class SQLDatabase:
         with self.sessions() as session:
             return self._target_id(session, target, create=False)
 
-    @staticmethod
-    def _select() -> Select[Any]:
-        return select(m.Record, m.Workload, m.Target.canonical).join(
-            m.Workload, m.Workload.key == m.Record.workload_key
-        ).join(m.Target, m.Target.id == m.Record.target_id)
+    _select = staticmethod(select_records)
 
     def has_measured(self, workload_key: str, target: str, trace_hash: str) -> bool:
         target_id = self._lookup_target(target)
@@ -200,13 +232,16 @@ class SQLDatabase:
                 m.Record.target_id == target_id,
                 m.Record.status == "ok",
             )
-            .order_by(m.Record.median_ms, m.Record.measured_at, m.Record.record_id)
+            .order_by(*_BY_MEDIAN)
             .limit(k)
         )
 
     def best(self, workload_key: str, target: str) -> TuningRecord | None:
-        top = self.top_k(workload_key, target, 1)
-        return top[0] if top else None
+        target_id = self._lookup_target(target)
+        if target_id is None:
+            return None
+        with self.sessions() as session:
+            return best_record_of(session, workload_key, target_id)
 
     def best_of_op(
         self, op: str, target: str, *, exclude_workload_key: str | None = None, limit: int = 64
@@ -214,12 +249,12 @@ class SQLDatabase:
         target_id = self._lookup_target(target)
         if target_id is None or limit <= 0:
             return []
-        # For each workload of the operator, its best record, found by an index
-        # seek on (workload_key, target_id, status, median_ms): a window over
-        # every record of the operator was 10-40x slower with 100,000 records
-        # (benchmarks/db_queries.py).
+        # For each workload of the operator, the finalists' choice or else its
+        # lowest median, found by an index seek on (workload_key, target_id,
+        # status, median_ms): a window over every record of the operator was
+        # 10-40x slower with 100,000 records (benchmarks/db_queries.py).
         other = m.Record.__table__.alias("other")
-        best_id = (
+        lowest = (
             select(other.c.record_id)
             .where(
                 other.c.workload_key == m.Workload.key,
@@ -230,12 +265,54 @@ class SQLDatabase:
             .limit(1)
             .scalar_subquery()
         )
-        query = self._select().where(m.Workload.op == op, m.Record.record_id == best_id)
+        chosen = (
+            select(m.Final.record_id)
+            .where(m.Final.workload_key == m.Workload.key, m.Final.target_id == target_id)
+            .scalar_subquery()
+        )
+        query = self._select().where(m.Workload.op == op, m.Record.record_id == func.coalesce(chosen, lowest))
         if exclude_workload_key is not None:
             query = query.where(m.Workload.key != exclude_workload_key)
-        return self._records(
-            query.order_by(m.Record.median_ms, m.Record.measured_at, m.Record.record_id).limit(limit)
-        )
+        return self._records(query.order_by(*_BY_MEDIAN).limit(limit))
+
+    # -- the finalists' choices ------------------------------------------------------
+
+    def commit_final(self, workload_key: str, target: str, record_id: str, retimed_ms: float) -> FinalChoice:
+        choice = FinalChoice(workload_key, target, record_id, retimed_ms)
+        with self.sessions.begin() as session:
+            target_id = self._target_id(session, target, create=False)
+            found = session.scalar(
+                select(m.Record.record_id).where(
+                    m.Record.record_id == record_id,
+                    m.Record.workload_key == workload_key,
+                    m.Record.target_id == target_id,
+                    m.Record.status == "ok",
+                )
+            )
+            if target_id is None or found is None:
+                raise DatabaseError(f"record {record_id} is not an ok record of workload {workload_key} on {target}")
+            values = {
+                "workload_key": workload_key,
+                "target_id": target_id,
+                "record_id": record_id,
+                "retimed_ms": choice.retimed_ms,
+                "decided_at": choice.decided_at,
+            }
+            stmt = _insert(session, m.Final).values(**values)
+            session.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=[m.Final.workload_key, m.Final.target_id],
+                    set_={"record_id": stmt.excluded.record_id, "retimed_ms": stmt.excluded.retimed_ms, "decided_at": stmt.excluded.decided_at},
+                )
+            )
+        return choice
+
+    def final(self, workload_key: str, target: str) -> FinalChoice | None:
+        target_id = self._lookup_target(target)
+        if target_id is None:
+            return None
+        with self.sessions() as session:
+            return final_of(session, workload_key, target_id, target)
 
     def training_records(self, target: str, *, limit: int | None = None) -> list[TuningRecord]:
         target_id = self._lookup_target(target)

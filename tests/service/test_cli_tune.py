@@ -36,6 +36,14 @@ def history_medians(db: Path) -> list[float]:
         return [row[0] for row in con.execute("SELECT median_ms FROM records WHERE status = 'ok'")]
 
 
+def stored_best(db: Path) -> tuple[str, float]:
+    """What `loomtune best` answers: the record id and its re-timed median."""
+    proc = loomtune(db, "best", "matmul", "m=256", "n=256", "k=256", "--json")
+    assert proc.returncode == 0, proc.stderr
+    best = json.loads(proc.stdout)
+    return best["record_id"], best["retimed_ms"]
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
     tmp = tmp_path_factory.mktemp("tune")
@@ -64,6 +72,8 @@ def test_tune_json_has_a_correct_best_and_every_trial(tuned: tuple[Path, dict, P
     assert out["best_record_ms"] == finalists[0]["tuning_ms"]
     assert sorted(f["tuning_ms"] for f in finalists) == sorted(history_medians(db))[:4]
     assert len(record_hashes(db)) == 32
+    # the database now names the finalists' choice as the best, with its re-timed median
+    assert stored_best(db) == (finalists[0]["record_id"], finalists[0]["retimed_ms"])
 
 
 def test_the_best_trace_is_an_apply_able_trace_file(tuned: tuple[Path, dict, Path], tmp_path: Path) -> None:
@@ -91,6 +101,9 @@ def test_tuning_again_continues_and_measures_no_trace_twice(tuned: tuple[Path, d
     assert len(hashes) == 48 and len(set(hashes)) == 48
     # the best stored overall can only get better
     assert min(f["tuning_ms"] for f in out["finalists"]) <= min(f["tuning_ms"] for f in first["finalists"])
+    # the earlier choice defended its place among the finalists; the new choice is the best
+    assert first["finalists"][0]["record_id"] in {f["record_id"] for f in out["finalists"]}
+    assert stored_best(db) == (out["finalists"][0]["record_id"], out["finalists"][0]["retimed_ms"])
 
 
 def test_a_custom_workload_tunes_from_its_json_file(tmp_path: Path) -> None:

@@ -291,6 +291,42 @@ def test_other_parameters_of_the_same_op_on_the_same_target(db: Database) -> Non
     assert len(db.best_of_op("matmul", ZEN1, limit=1)) == 1
 
 
+def test_the_finalists_choice_is_the_best(db: Database) -> None:
+    fast, slow, failed = record(MATMUL, 1, 1.0), record(MATMUL, 2, 1.1), record(MATMUL, 3, None, status="crashed")
+    big_fast, big_slow = record(MATMUL_BIG, 4, 5.0), record(MATMUL_BIG, 5, 6.0)
+    db.commit_records([fast, slow, failed, big_fast, big_slow, record(MATMUL, 6, 0.9, target=ZEN4)])
+    assert db.final(MATMUL[0], ZEN1) is None and db.best(MATMUL[0], ZEN1).record_id == fast.record_id
+
+    # re-timed together, the record with the higher tuning median won
+    choice = db.commit_final(MATMUL[0], ZEN1, slow.record_id, 1.05)
+    assert db.best(MATMUL[0], ZEN1).record_id == slow.record_id
+    assert db.final(MATMUL[0], ZEN1) == choice and choice.retimed_ms == 1.05
+    assert choice.decided_at.tzinfo is not None
+    assert [r.median_ms for r in db.top_k(MATMUL[0], ZEN1, 2)] == [1.0, 1.1]  # the search still ranks by median
+    assert db.best(MATMUL[0], ZEN4).median_ms == 0.9  # targets never mix
+    db.commit_final(MATMUL_BIG[0], ZEN1, big_slow.record_id, 5.5)
+    assert [r.record_id for r in db.best_of_op("matmul", ZEN1)] == [slow.record_id, big_slow.record_id]
+
+    # a later choice replaces it
+    db.commit_final(MATMUL[0], ZEN1, fast.record_id, 1.02)
+    assert db.best(MATMUL[0], ZEN1).record_id == fast.record_id
+    assert db.final(MATMUL[0], ZEN1).retimed_ms == 1.02
+
+    # only an ok record of that very workload on that very target can be chosen
+    for key, target, record_id, retimed in (
+        (MATMUL[0], ZEN1, failed.record_id, 1.0),
+        (MATMUL[0], ZEN1, big_fast.record_id, 1.0),
+        (MATMUL[0], ZEN4, fast.record_id, 1.0),
+        (MATMUL[0], SKX1, fast.record_id, 1.0),
+        (MATMUL[0], ZEN1, str(uuid.uuid4()), 1.0),
+        (MATMUL[0], ZEN1, slow.record_id, 0.0),
+        (MATMUL[0], ZEN1, slow.record_id, float("nan")),
+    ):
+        with pytest.raises(DatabaseError):
+            db.commit_final(key, target, record_id, retimed)
+    assert db.final(MATMUL[0], ZEN1).record_id == fast.record_id  # nothing stored was lost
+
+
 def test_training_records_are_every_record_of_a_target_oldest_first(db: Database) -> None:
     db.commit_records(
         [

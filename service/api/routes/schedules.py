@@ -33,7 +33,8 @@ def best_schedule(
         str, Query(min_length=1, max_length=2048, pattern=r"^[^\x00-\x1f\x7f]*$", description="'host' (the workers' CPU) or a target string")
     ] = "host",
 ) -> BestOut:
-    """The fastest correct record of a workload (`workload_key=`, or `op=` and its parameters) on a target."""
+    """The fastest correct record of a workload (`workload_key=`, or `op=` and its parameters) on a target:
+    the one a tuning run's finalists chose when re-timed together, else the lowest stored median."""
     from tuner.trace.file import FILE_FORMAT
 
     params = {k: v for k, v in request.query_params.items() if k not in _OWN_QUERY}
@@ -52,9 +53,10 @@ def best_schedule(
         if workload is None:
             raise NotFound(f"workload {key} is not in the database")
         canonical = J.resolve_target(session, target, alive_seconds=state.settings.alive_seconds, loc=("query", "target"))
-        record = best_record(session, key, canonical)
-        if record is None:
+        found = best_record(session, key, canonical)
+        if found is None:
             raise NotFound(f"no correct record of workload {key} on {canonical}")
+        record, retimed_ms = found
         spec = workload_spec(session, workload)
     assert record.median_ms is not None
     return BestOut(
@@ -65,6 +67,7 @@ def best_schedule(
         record_id=record.record_id,
         measured_at=record.measured_at,
         latency_ms=record.median_ms,
+        retimed_ms=retimed_ms,
         run_times_ms=list(record.run_times_ms),
         worker=record.worker,
         trace=dict(record.trace),

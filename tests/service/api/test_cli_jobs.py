@@ -154,7 +154,7 @@ def test_best_from_the_coordinator(cli: Api, capsys: pytest.CaptureFixture[str])
     argv = ["best", *MM, "--coordinator", "http://unused", "--token", token]
     assert main([*argv, "--json"]) == 0
     best = _json(capsys)
-    assert set(best) == {"op", "params", "workload_key", "target", "record_id", "measured_at", "latency_ms", "run_times_ms", "trace"}
+    assert set(best) == {"op", "params", "workload_key", "target", "record_id", "measured_at", "latency_ms", "retimed_ms", "run_times_ms", "trace"}
     assert best["latency_ms"] == 1.5 and best["target"] == ZEN and best["workload_key"] == job["workload"]["key"]
     assert main([*argv, "--threads", "1"]) == 0
     assert "best: 1.5000 ms (median of 3 runs)" in capsys.readouterr().out

@@ -17,6 +17,7 @@ from service.client import (
     api_message,
     workload_spec,
 )
+from service.db.store import SQLDatabase
 from tests.service.api.apikit import ADMIN, ZEN, Api, result
 
 MM = {"m": 16, "n": 16, "k": 16}
@@ -141,6 +142,7 @@ def test_best_workloads_and_records(sqlite_api: Api) -> None:
 
     best = c.best("matmul", MM, target=ZEN)
     assert best["latency_ms"] == 3.0 and best["trace_file"]["format"] == "loomtune.trace/1"
+    assert best["retimed_ms"] is None  # no tuning run's finalists chose it
     assert best["trace_file"]["workload"] == {"op": "matmul", "params": MM}
     assert c.best(workload_key=best["workload_key"], target=ZEN) == best
     assert c.best("matmul", MM) == best  # host: the CPU of the registered workers
@@ -151,6 +153,9 @@ def test_best_workloads_and_records(sqlite_api: Api) -> None:
     records = c.records(best["workload_key"], target=ZEN)
     assert [r["status"] for r in records] == ["ok", "crashed"]
     assert [r["status"] for r in c.records(best["workload_key"], status="crashed")] == ["crashed"]
+
+    SQLDatabase(api.engine).commit_final(best["workload_key"], ZEN, best["record_id"], 3.25)
+    assert c.best("matmul", MM, target=ZEN) == {**best, "retimed_ms": 3.25}
 
 
 def test_tokens_and_workers_with_an_admin_token(sqlite_api: Api) -> None:
