@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +56,8 @@ class EvolutionaryConfig:
         warm_start_records: stored records of the target the model learns from at the start.
         other_shapes: best traces of the same operator at other parameters
             (repaired to this shape) that join the first population.
+        runner_ups: further traces of the nearest other shape (its next best)
+            that join them: the best there is not always the best here.
         processes: processes that make and featurize children
             (`tuner.search_pool`; default: the usable cores).
     """
@@ -68,6 +70,7 @@ class EvolutionaryConfig:
     min_samples: int = 16
     warm_start_records: int = 256
     other_shapes: int = 8
+    runner_ups: int = 3
     processes: int | None = None
 
 
@@ -78,6 +81,14 @@ def _task_of(record: TuningRecord) -> Task:
         except LoomtuneError:
             pass
     return custom_task(record.definition, record.params)
+
+
+def shape_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
+    """How far apart two parameter sets of one operator are: the summed |log ratio| of
+    their values (1024 is nearer 1000 than 512 is); another set of names is farthest."""
+    if set(a) != set(b):
+        return math.inf
+    return sum(abs(math.log(max(a[k], 1) / max(b[k], 1))) for k in a)
 
 
 class EvolutionaryStrategy:
@@ -92,7 +103,22 @@ class EvolutionaryStrategy:
         self.pool = SearchPool(context.space, context.task.program, self.config.processes)
         self._warm_start()
 
-    def _repaired(self, record: TuningRecord) -> list[Trace]:
+    def _other_shapes(self) -> list[tuple[TuningRecord, bool]]:
+        """What a new shape starts from, each with whether its structural variants come too:
+        the best record of each other shape of the operator, nearest shape first, then the
+        runner-ups of the nearest one (without variants)."""
+        c = self.context
+        others = c.database.best_of_op(c.task.op, c.target, exclude_workload_key=c.task.key, limit=self.config.other_shapes)
+        others.sort(key=lambda r: shape_distance(r.params, c.task.params))
+        picked = [(r, True) for r in others]
+        if others and self.config.runner_ups > 0:
+            nearest = others[0]
+            for r in c.database.top_k(nearest.workload_key, c.target, self.config.runner_ups + 1):
+                if r.record_id != nearest.record_id:
+                    picked.append((r, False))
+        return picked
+
+    def _repaired(self, record: TuningRecord, variants: bool = True) -> list[Trace]:
         """Another shape's trace made to fit this program, and its structural variants.
 
         A rule-based space re-derives the rule part on this program (the rules run
@@ -111,6 +137,8 @@ class EvolutionaryStrategy:
             fitted = space.rederive(rules, self.rng)
         except (*REJECTED, RecursionError):
             return []
+        if not variants:
+            return [fitted]
         try:
             return [fitted, *space.variants(fitted, self.rng)]
         except (*REJECTED, RecursionError):
@@ -135,8 +163,8 @@ class EvolutionaryStrategy:
         # parameters, re-derived here (stale tile sizes repaired), each followed
         # by its structural variants.
         self.seeds: list[Trace] = []
-        for r in c.database.best_of_op(c.task.op, c.target, exclude_workload_key=c.task.key, limit=self.config.other_shapes):
-            for repaired in self._repaired(r):
+        for r, variants in self._other_shapes():
+            for repaired in self._repaired(r, variants):
                 if repaired.hash not in {s.hash for s in self.seeds}:
                     self.seeds.append(repaired)
         records = c.database.training_records(c.target)[-self.config.warm_start_records :]

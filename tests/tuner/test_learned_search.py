@@ -15,7 +15,7 @@ from ir.schedule import Schedule
 from ir.task import library_task
 from tuner.cost_model import CostModelError, XGBCostModel, normalised_throughput
 from tuner.database import InMemoryDatabase
-from tuner.evolutionary import EvolutionaryStrategy
+from tuner.evolutionary import EvolutionaryStrategy, shape_distance
 from tuner.features import FEATURE_NAMES, FEATURES, STORE_FEATURE_NAMES, program_features
 from tuner.loop import tune_loop
 from tuner.simulated import SimulatedRunner
@@ -194,6 +194,34 @@ def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
     per_flop = seen_run.history[-1] / seen.flops
     assert warm_run.history[-1] <= 1.1 * per_flop * new.flops
     assert warm_run.history[-1] <= seen_run.history[7] * new.flops / seen.flops
+
+
+def test_shapes_nearest_first_and_the_nearest_ones_runner_ups() -> None:
+    """A database of many shapes: 1000³ starts from 1024³ (nearest) before 960³ and 64³,
+    whatever their medians, and also from 1024³'s next best records."""
+    from codegen.target import Target
+    from tuner.database import TuningRecord
+    from tuner.space import default_space
+
+    db = InMemoryDatabase()
+    rng = random.Random(0)
+    medians = {64: [0.01], 960: [5.0, 5.5], 1024: [6.0, 6.1, 6.2, 6.3, 6.4]}
+    for size, times in medians.items():
+        task = library_task("matmul", {"m": size, "n": size, "k": size})
+        space = default_space(task.program, Target.host(1))
+        for t in times:
+            trace = space.sample(rng)
+            db.commit_record(TuningRecord.create(
+                workload_key=task.key, op="matmul", params=task.params, definition=task.to_definition(),
+                target=TARGET, trace=trace.to_json(), trace_hash=trace.hash, run_times_ms=[t], status="ok",
+            ))  # fmt: skip
+    new = library_task("matmul", {"m": 1000, "n": 1000, "k": 1000})
+    warm = EvolutionaryStrategy(SearchContext(new, TARGET, default_space(new.program, Target.host(1)), db), 0)
+    picked = [(r.params["m"], r.median_ms, variants) for r, variants in warm._other_shapes()]
+    assert picked == [(1024, 6.0, True), (960, 5.0, True), (64, 0.01, True), (1024, 6.1, False), (1024, 6.2, False), (1024, 6.3, False)]
+    assert len(warm.seeds) >= 6
+    assert shape_distance({"m": 1000}, {"m": 1024}) < shape_distance({"m": 1000}, {"m": 960}) < shape_distance({"m": 1000}, {"m": 64})
+    assert shape_distance({"m": 1000}, {"n": 1000}) == float("inf")
 
 
 def test_the_search_proposes_the_same_traces_in_one_process_or_several() -> None:
