@@ -9,7 +9,9 @@
 An upper-bound guard `c * v + rest < N` (c > 0, rest bounded by the ranges of the
 loops around and inside) holds for every v below some T; the loop over v is split
 at T and each part re-simplified, which folds the guard away in the main part.
-Splits and vector remainders then cost nothing inside the hot loop.
+Splits and vector remainders then cost nothing inside the hot loop. A parallel
+loop is not split in two: its body tests the variable and runs the main part or
+the tail, so every iteration stays on the loop's threads.
 
 When such a guard wraps everything a loop does, the iterations for which it
 holds for no inner value are dead and are dropped first: a tile that covers
@@ -46,6 +48,8 @@ def _part(s: Stmt, env: Ranges) -> Stmt:
                 shorter = simplify_stmt(replace(s, extent=Const(live, "int64")), env) if live > 0 else None
                 return seq() if shorter is None else _part(shorter, env)
             t = _split_point(s, env)
+            if t is not None and 0 < t < n and s.kind == "parallel":
+                return _split_inside(s, t, env)
             if t is not None and 0 < t < n:
                 main = For(s.var, Const(t, "int64"), s.kind, s.body, s.annotations)
                 shifted = substitute(s.body, {s.var: s.var + t})
@@ -63,6 +67,21 @@ def _part(s: Stmt, env: Ranges) -> Stmt:
     if isinstance(s, Allocate):
         return replace(s, body=_part(s.body, env))
     return s
+
+
+def _split_inside(loop: For, t: int, env: Ranges) -> Stmt:
+    """A parallel loop split at t: a test on its variable picks the main part or the tail,
+    inside the loop, so the tail's iterations stay on the loop's threads (as a second loop
+    they would run on one thread after the rest)."""
+    n = int(loop.extent.value)  # type: ignore[attr-defined]
+    v = loop.var
+    parts: list[Stmt] = []
+    for lo, hi in ((0, t - 1), (t, n - 1)):
+        ranges = {**env, v: (lo, hi)}
+        body = substitute(loop.body, {v: Const(lo, v.dtype)}) if lo == hi else loop.body
+        part = simplify_stmt(body, ranges)  # type: ignore[arg-type]
+        parts.append(seq() if part is None else _part(part, ranges))
+    return replace(loop, body=IfThenElse(v < t, parts[0], parts[1]))
 
 
 def _inner_ranges(loop: For, env: Ranges) -> Ranges:

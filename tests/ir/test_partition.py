@@ -55,3 +55,25 @@ def test_a_wasteful_cover_is_as_cheap_as_a_tight_one() -> None:
     assert not any(isinstance(n, IfThenElse) for n in walk(lowered.body))
     assert _store_iterations(lowered.body) == 4 * 1000 + 4 * 1000 * 3
     assert_correct(task, program)  # type: ignore[arg-type]
+
+
+def test_a_parallel_loop_keeps_its_tail_on_its_threads() -> None:
+    """100 columns covered by 7 parallel strips of 16: the seventh (96..111) holds 4 live
+    columns. It stays an iteration of the parallel loop, behind a test on the loop
+    variable, not a loop of its own after it; neither branch keeps a guard per column."""
+    task = library_task("matmul", {"m": 4, "n": 100, "k": 3})
+    sch = Schedule(task.program)
+    i, j, k = sch.get_loops("C")
+    j0, j1 = sch.split(j, [None, 16])
+    sch.reorder(j0, i, k, j1)
+    sch.parallel(j0)
+    sch.vectorize(j1)
+    sch.decompose_reduction("C", k)
+    lowered = lower(sch.program)
+    parallel = [n for n in walk(lowered.body) if isinstance(n, For) and n.kind == "parallel"]
+    assert len(parallel) == 1 and int(parallel[0].extent.value) == 7  # type: ignore[attr-defined]
+    (test,) = [n for n in walk(lowered.body) if isinstance(n, IfThenElse)]
+    assert test is parallel[0].body
+    vector = sorted(int(n.extent.value) for n in walk(lowered.body) if isinstance(n, For) and n.kind == "vectorized")
+    assert vector == [4, 4, 16, 16]  # init and update: the main strips' 16 columns, the tail's 4
+    assert_correct(task, sch.program)  # type: ignore[arg-type]
