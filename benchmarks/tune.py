@@ -188,6 +188,13 @@ def torch_call(
 # -- the final comparison ----------------------------------------------------------------
 
 
+FINAL_ROUNDS = 3
+ROUND_PAUSE_S = 5.0
+"""A final comparison's repeats come in 3 rounds 5 s apart, pooled: this VM has slow phases
+of seconds that slow a whole interleaved call, unevenly (conv2d on znver3: loomtune 1.4x,
+TVM 1.9x, numpy 1.6x slower than a minute later); one phase then costs a third of the samples."""
+
+
 # Builds TVM's best kernel on the given inputs (benchmarks.tvm_ref.best_kernel with the
 # workload bound); None when TVM has no correct record to compile.
 TVMFactory = Callable[[Sequence[np.ndarray], Sequence[tuple[tuple[int, ...], Any]]], Any]
@@ -200,6 +207,7 @@ def compare(
     seed: int = 0,
     with_torch: bool = True,
     tvm: TVMFactory | None = None,
+    round_pause_s: float = ROUND_PAUSE_S,
 ) -> dict[str, Any]:
     """Verify the kernel (PyTorch, TVM); time them and numpy in one interleaved call."""
     inputs = task.make_inputs(seed)
@@ -239,7 +247,7 @@ def compare(
                 fns.append(tvm_kernel.call)
                 names.append("tvm")
     with limit_numpy_threads(1):
-        timings = dict(zip(names, time_interleaved(fns, config)))
+        timings = dict(zip(names, time_interleaved(fns, config, rounds=FINAL_ROUNDS, round_pause_s=round_pause_s)))
     latency = timings["loomtune"].median_ms
     for name in ("loomtune", "numpy", "torch", "tvm"):
         out[name] = _timing(timings[name]) if name in timings else None
@@ -289,6 +297,8 @@ class Context:
     measure: MeasureConfig
     log: Callable[[str], None]
     with_torch: bool = True
+    round_pause_s: float = ROUND_PAUSE_S
+    """Between the rounds of a final comparison (0 in a --quick smoke test)."""
 
 
 def _pool_cpu(pool: Any) -> float:
@@ -418,7 +428,7 @@ def final_comparison(
     if ctx.quiet_wait_s > 0:
         harness.wait_until_quiet(ctx.quiet_wait_s)
     before = harness.cpu_snapshot()
-    out = compare(kernel, task, ctx.measure, ctx.seed, ctx.with_torch, tvm)
+    out = compare(kernel, task, ctx.measure, ctx.seed, ctx.with_torch, tvm, ctx.round_pause_s)
     load = harness.others_load(before, harness.cpu_snapshot())
     out.setdefault("latency_ms", None)
     out.setdefault("numpy_ms", None)
@@ -692,7 +702,7 @@ def head_to_head(ctx: Context, task: Task, rows: dict[str, dict[str, Any]]) -> d
     if ctx.quiet_wait_s > 0:
         harness.wait_until_quiet(ctx.quiet_wait_s)
     with limit_numpy_threads(1):
-        timings = time_interleaved(fns, ctx.measure)
+        timings = time_interleaved(fns, ctx.measure, rounds=FINAL_ROUNDS, round_pause_s=ctx.round_pause_s)
     out: dict[str, Any] = {f"{name}_ms": t.median_ms for name, t in zip(rows, timings)}
     out["numpy_ms"] = timings[-1].median_ms
     ctx.log("    head to head: " + ", ".join(f"{k} {v:.3f}" for k, v in out.items()))
@@ -815,6 +825,8 @@ def run(
             "warmup": measure.warmup,
             "repeat": measure.repeat,
             "min_repeat_ms": measure.min_repeat_ms,
+            "rounds": FINAL_ROUNDS,
+            "round_pause_s": 0.0 if quick else ROUND_PAUSE_S,
         },
         "measure_tuning": {
             "repeat": TUNING_CONFIG.repeat,
@@ -839,7 +851,7 @@ def run(
         }
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="loomtune-tune-") as tmp:
-        ctx = Context(Path(tmp), seed, quiet_wait_s, measure, log, with_torch)
+        ctx = Context(Path(tmp), seed, quiet_wait_s, measure, log, with_torch, 0.0 if quick else ROUND_PAUSE_S)
         db_files: dict[str, Path] = {}
         for w in workloads if main else ():
             task = w.task()
@@ -1262,7 +1274,14 @@ def note(result: dict[str, Any]) -> str:
         + "; the other core measuring the next candidate). `final`: the best kernel re-timed in this process, interleaved with "
         "numpy"
         + (f" and PyTorch {tune['torch']} (1 thread)" if tune.get("torch") else "")
-        + " in one call; × = their time / loomtune's. conv2d's numpy is the library's reference "
+        + " in one call"
+        + (
+            f" ({tune['measure_final']['repeat']} repeats in {tune['measure_final']['rounds']} rounds "
+            f"{tune['measure_final']['round_pause_s']:g} s apart, pooled: a slow phase of the machine costs a minority of the samples)"
+            if tune.get("measure_final", {}).get("rounds", 1) > 1
+            else ""
+        )
+        + "; × = their time / loomtune's. conv2d's numpy is the library's reference "
         "(sliding windows + tensordot: im2col + GEMM). Tuning s: the whole `tune_task` call; search s: of that, the strategy proposing and learning (the measurement processes wait meanwhile); cand/s: trials / the loop's time.",
     ]
     if not tune.get("torch"):

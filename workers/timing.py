@@ -194,7 +194,12 @@ def time_more(fn: Callable[[], object], timing: Timing, repeat: int, config: Mea
 
 
 def time_interleaved(
-    fns: Sequence[Callable[[], object]], config: MeasureConfig, *, pause_s: float = 0.0
+    fns: Sequence[Callable[[], object]],
+    config: MeasureConfig,
+    *,
+    pause_s: float = 0.0,
+    rounds: int = 1,
+    round_pause_s: float = 0.0,
 ) -> list[Timing]:
     """Time several callables with their repeats interleaved.
 
@@ -206,15 +211,26 @@ def time_interleaved(
     `pause_s` (untimed) goes before every repeat: OpenBLAS's worker threads
     spin for a while after a call and would steal the cores of a
     multi-threaded kernel timed right after numpy.
+
+    `rounds` > 1 spreads the repeats over that many rounds `round_pause_s`
+    apart, each warmed up again, and pools their samples: a shared VM has slow
+    phases of seconds (a whole call 1.4x slower, unevenly for its callables),
+    and one phase should cost a minority of the samples, not the median.
     """
     numbers: list[int] = []
     for fn in fns:
         _warm_up(fn, config)
         numbers.append(_calibrate(fn, config))
     samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(config.repeat):
-        for i, fn in enumerate(fns):
-            if pause_s > 0:
-                time.sleep(pause_s)
-            samples[i].append(_sample_ms(fn, numbers[i], config.flush_cache))
+    rounds = max(1, min(rounds, config.repeat))
+    for r in range(rounds):
+        if r > 0:
+            time.sleep(round_pause_s)
+            for fn in fns:
+                _warm_up(fn, config)
+        for _ in range(config.repeat * (r + 1) // rounds - config.repeat * r // rounds):
+            for i, fn in enumerate(fns):
+                if pause_s > 0:
+                    time.sleep(pause_s)
+                samples[i].append(_sample_ms(fn, numbers[i], config.flush_cache))
     return [Timing(times_ms=tuple(s), number=n) for s, n in zip(samples, numbers)]

@@ -78,7 +78,7 @@ def test_tvm_kernel_joins_the_interleaved_timing_and_the_report(tmp_path: Path) 
     def stand_in(inputs, specs):  # type: ignore[no-untyped-def]
         return NumpyKernel(task, inputs, specs)
 
-    out = tune.compare(kernel, task, QUICK, with_torch=False, tvm=stand_in)
+    out = tune.compare(kernel, task, QUICK, with_torch=False, tvm=stand_in, round_pause_s=0.0)
     assert out["correct"] and out["tvm_message"] is None
     # One interleaved call: the same repeats for every callable.
     assert len(out["tvm"]["times_ms"]) == len(out["loomtune"]["times_ms"]) == QUICK.repeat
@@ -87,7 +87,7 @@ def test_tvm_kernel_joins_the_interleaved_timing_and_the_report(tmp_path: Path) 
     assert out["tvm_ratio_numpy"] == pytest.approx(out["numpy_ms"] / out["tvm_ms"])
 
     # A TVM kernel that writes nothing is refused and not timed.
-    lazy = tune.compare(kernel, task, QUICK, with_torch=False,
+    lazy = tune.compare(kernel, task, QUICK, with_torch=False, round_pause_s=0.0,
                         tvm=lambda i, s: NumpyKernel(task, i, s, lazy=True))  # fmt: skip
     assert lazy["correct"] and "NaN" in lazy["tvm_message"] and lazy["tvm_ms"] is None
 
