@@ -52,12 +52,13 @@ class TuneOutcome:
 
 
 def _contenders(task: Task, canonical: str, database: Database) -> list[TuningRecord]:
-    """The best stored records by tuning median, and the earlier finalists' choice: it defends its place."""
-    top = database.top_k(task.key, canonical, FINALISTS)
+    """The database's best first (the earlier finalists' choice, which defends its place),
+    then the best stored records by tuning median."""
     reigning = database.best(task.key, canonical)
-    if reigning is not None and all(r.record_id != reigning.record_id for r in top):
-        top.append(reigning)
-    return top
+    if reigning is None:
+        return []
+    top = database.top_k(task.key, canonical, FINALISTS)
+    return [reigning, *(r for r in top if r.record_id != reigning.record_id)]
 
 
 def _finish(task: Task, target: Target, strategy: str, run: TuneRun, database: Database, compare: bool) -> TuneOutcome:
