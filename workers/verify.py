@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ir.arrays import aligned_empty
+
 SENTINEL_BYTE = 0xA5
 
 
@@ -26,7 +28,7 @@ def fill_outputs(arrays: Sequence[np.ndarray]) -> None:
 
 
 def empty_outputs(specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
-    out = [np.empty(shape, dtype=dtype) for shape, dtype in specs]
+    out = [aligned_empty(shape, dtype) for shape, dtype in specs]
     fill_outputs(out)
     return out
 

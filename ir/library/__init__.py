@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ir import dtype as dt
+from ir.arrays import aligned_copy
 from ir.compute import Workload
 from ir.errors import BufferTooLargeError, UnboundShapeError, WorkloadError
 from ir.expr import Const, Reduce
@@ -163,7 +164,8 @@ def make_inputs(workload: Workload, seed: int = 0) -> list[np.ndarray]:
     """Verification and timing inputs: floats uniform in [-1, 1], integers over their full range.
 
     One generator seeded with `seed` draws the inputs in input order, so the same
-    workload and seed give the same arrays in any process.
+    workload and seed give the same arrays in any process, each 64-byte aligned
+    (`ir.arrays`).
     """
     rng = np.random.default_rng(seed)
     out: list[np.ndarray] = []
@@ -177,7 +179,7 @@ def make_inputs(workload: Workload, seed: int = 0) -> list[np.ndarray]:
         else:
             info = np.iinfo(np_dtype)
             arr = rng.integers(info.min, info.max, size=shape, dtype=np_dtype, endpoint=True)
-        out.append(np.ascontiguousarray(arr))
+        out.append(aligned_copy(arr))
     return out
 
 
