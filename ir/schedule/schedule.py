@@ -128,5 +128,11 @@ class Schedule:
 
         return BlockRV(self._apply(layout.transform_layout, block_name(block), buffer, index_map))
 
+    def pack_panels(self, block: BlockRV | str, buffer: str, width: int) -> BlockRV:
+        """Pack `buffer` into column panels of `width` (`layout.pack_panels`); returns the packing block."""
+        from ir.schedule import layout
+
+        return BlockRV(self._apply(layout.pack_panels, block_name(block), buffer, width))
+
 
 __all__ = ["BlockRV", "LoopRV", "Schedule", "ScheduleError"]

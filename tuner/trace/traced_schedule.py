@@ -244,21 +244,14 @@ class TracedSchedule:
         return self._record("transform_layout", (block,), attrs, lambda: self.sch.transform_layout(block, buffer, index_map))
 
     def pack_panels(self, block: BlockRV, buffer: str, width: int) -> BlockRef:
-        """`transform_layout` into column panels of `width` (`panel_map`), `width` possibly sampled.
+        """`Schedule.pack_panels`, `width` possibly sampled.
 
         Recorded with `width` as an input, not as a literal index map, so a trace
         whose tile sizes are mutated or repaired packs panels as wide as its new
         vector tile instead of keeping the old width.
         """
-        from ir.schedule.layout import panel_map
-
-        reads = find_block(self.program, block_name(block)).block.reads
-        match = [r.buffer for r in reads if r.buffer.name == buffer]
-        if not match:
-            raise ScheduleError(f'block "{block_name(block)}": does not read a buffer named {buffer}')
-        index_map = panel_map(int(width), len(match[0].shape))
         return self._record(
-            "pack_panels", (block, width), {"buffer": buffer}, lambda: self.sch.transform_layout(block, buffer, index_map)
+            "pack_panels", (block, width), {"buffer": buffer}, lambda: self.sch.pack_panels(block, buffer, int(width))
         )
 
     # -- sampling ------------------------------------------------------------------

@@ -77,3 +77,34 @@ def test_injectivity_is_proved_only_where_every_index_is_recoverable(fn: object,
     from ir.schedule.layout import _provably_injective
 
     assert _provably_injective(IndexMap.from_callable(2, fn)) is proved
+
+
+@pytest.mark.parametrize(("n", "width"), [(96, 32), (70, 16)])
+def test_pack_panels_iterates_over_the_panels_and_computes_at_a_column_tile(n: int, width: int) -> None:
+    task = library_task("matmul", {"m": 12, "n": n, "k": 9})
+    sch = Schedule(task.program)
+    packed = sch.pack_panels("C", "B", width)
+    text = print_program(sch.program)
+    panels = -(-n // width)
+    assert f"B_packed = alloc(float32[{panels}, 9, {width}])" in text
+    assert "writes(B_packed[vax0, vax1, vax2])" in text  # its own iteration variables: movable
+    if n % width:  # the last panel's padding repeats the last column: no read past B
+        assert f"min(vax0 * {width} + vax2, {n - 1})" in text
+    assert_correct(task, sch.program)
+    j0, j1 = sch.split("j", [None, width])
+    sch.reorder(j0, "i", "r", j1)
+    sch.compute_at(packed, j0)  # one panel per column tile, packed right before it is read
+    assert sch.get_loops(packed)[0].name == j0.name
+    lowered = print_program(lower(sch.program))
+    assert f"B_packed = alloc(float32[{9 * width}])" in lowered  # compacted to the one panel
+    assert_correct(task, sch.program)
+    _, _, lane = sch.get_loops(packed)[1:]
+    sch.vectorize(lane)  # a panel row is contiguous in both buffers
+    assert_correct(task, sch.program)
+
+
+def test_pack_panels_refusals() -> None:
+    task = library_task("matmul", {"m": 8, "n": 8, "k": 8})
+    sch = Schedule(task.program)
+    assert_refused(sch, lambda s: s.pack_panels("C", "Q", 4), '"C"', "Q")
+    assert_refused(sch, lambda s: s.pack_panels("C", "B", 0), "panel width 0")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from tuner.space.rules import PARALLEL, UNROLL
 from tuner.space.rules.parallel_vectorize_unroll import ParallelVectorizeUnroll
 from tuner.trace.instruction import RV
 from tuner.trace.trace import Trace
+from tuner.trace.traced_schedule import TracedSchedule, replay_instruction
 
 STEPS = 1000
 
@@ -36,11 +38,11 @@ def _location_counts(trace: Trace, ctx: SpaceContext) -> dict[int, int]:
         if inst.kind == "sample_compute_location":
             arg = inst.inputs[0]
             assert isinstance(arg, RV)
-            name = next(x.attr("name") for x in trace.instructions if x.outputs == (arg.name,))
-            prefix = Trace(
-                trace.instructions[:i], {k: v for k, v in trace.decisions.items() if k < i}
-            )
-            counts[i] = len(prefix.apply(ctx.program).compute_location_candidates(name))
+            sch = TracedSchedule(ctx.program)
+            env: dict[str, Any] = {}
+            for k, x in enumerate(trace.instructions[:i]):
+                replay_instruction(sch, x, env, trace.decisions.get(k))
+            counts[i] = len(sch.compute_location_candidates(env[arg.name]))
     return counts
 
 

@@ -23,7 +23,9 @@ Then (each step as in docs/gemm.md):
   into column panels as wide as the innermost vector tile (`pack_panels`,
   whose width is the tile's random variable, so a mutated or repaired tile
   packs to its new width): the inner loop then streams one contiguous panel;
-  the copy's last loop is split by that width, so it is vectorized too;
+  the copy runs over the panels, one panel row per vector, and is computed
+  up front or under an outer column-tile loop (a sampled location: there it
+  packs the panels that tile reads, while they are in cache);
 - a local accumulator: `cache_write`, so the reduction accumulates into a
   buffer that compaction shrinks to the tile (registers), written back once;
 - element-wise consumers (dense's bias + relu) are folded into that write-back
@@ -45,8 +47,15 @@ from ir.node import walk
 from ir.program import BlockRealize, BufferStore, Program
 from ir.schedule import Schedule, ScheduleError
 from ir.schedule.analysis import readers
-from ir.schedule.state import find_block, loops_above
-from tuner.space.analysis import has_reuse, is_elementwise, is_simple, loop_role, written_buffer
+from ir.schedule.state import block_name, find_block, loop_name, loops_above
+from tuner.space.analysis import (
+    has_reuse,
+    is_elementwise,
+    is_legal,
+    is_simple,
+    loop_role,
+    written_buffer,
+)
 from tuner.space.context import SpaceContext
 from tuner.space.rules.base import RULES, ScheduleRule
 from tuner.trace.sampling import cover_innermost_choices, sample_cover_tile, sample_perfect_tile
@@ -121,7 +130,7 @@ class MultiLevelTiling(ScheduleRule):
         ]
 
         # 2. a sampled choice: pack the weight into panels as wide as the vector tile
-        self._maybe_pack(sch, b, r, vector_axis, tiles[vector_axis][-1])
+        pack = self._maybe_pack(sch, b, r, vector_axis, tiles[vector_axis][-1])
 
         # 3. split and reorder S0 S1 R0 S2 R1 S3
         parts = [sch.split(lp, f) for lp, f in zip(loops, tiles)]
@@ -143,6 +152,9 @@ class MultiLevelTiling(ScheduleRule):
         order = [lp for _, g in groups for lp in g]
         if len(order) > 1:
             sch.reorder(*order)
+        if pack is not None:
+            outside = self.structure[: self.structure.index("R")].count("S")  # S levels outside every R
+            self._place_pack(sch, pack, parts[vector_axis][:outside])
 
         # 4. the local accumulator, its write-back (with element-wise consumers folded in)
         output = written_buffer(r)
@@ -220,7 +232,7 @@ class MultiLevelTiling(ScheduleRule):
 
     def _maybe_pack(
         self, sch: TracedSchedule, block: BlockRef, r: BlockRealize, axis: int, width: IntRV
-    ) -> None:
+    ) -> BlockRef | None:
         iv = r.block.iter_vars[axis].var
         spatial = {x.var for x in r.block.iter_vars if x.kind == "spatial"}
         inputs = {b.name for b in sch.program.inputs}
@@ -233,14 +245,31 @@ class MultiLevelTiling(ScheduleRule):
                 continue
             p = self.pack_probability
             if p <= 0 or int(sch.sample_categorical([0, 1], [1 - p, p])) == 0:
-                return
-            pack = sch.pack_panels(block, rd.buffer.name, width)  # width: the tile's RV, not a literal
-            # The copy runs over the source's domain; split its last loop by the panel
-            # width so each panel row is one affine, vectorizable store: left whole, the
-            # store's n // w, n % w refuse vectorizing and the copy runs scalar (dense
-            # 128x768->3072: ~2 ms of a 6 ms kernel).
-            sch.split(sch.get_loops(pack)[-1], [None, width])
-            return
+                return None
+            return sch.pack_panels(block, rd.buffer.name, width)  # width: the tile's RV, not a literal
+        return None
+
+    @staticmethod
+    def _place_pack(sch: TracedSchedule, pack: BlockRef, loops: Sequence[LoopRef]) -> None:
+        """Where the panels are packed: up front (the root), or under an outer column-tile loop.
+
+        Under the loop, each iteration packs the panels its tile reads, just before
+        reading them (from cache, where the whole weight would have gone to memory and
+        back), at the cost of packing again for each iteration of the loops around
+        it. A sampled location (`sample_compute_location`), so the compute-location
+        mutator may move it anywhere legal later; here one of the root and `loops`,
+        uniformly, among the legal ones.
+        """
+        assert sch.rng is not None
+        name = block_name(pack)
+        candidates = sch.compute_location_candidates(pack)
+        names = [loop_name(lp) for lp in loops]
+        options = [-1] + [
+            candidates.index(at)
+            for at in names
+            if at in candidates and is_legal(sch.program, lambda s, at=at: s.compute_at(name, at))
+        ]
+        sch.compute_at(pack, sch.sample_compute_location(pack, decision=sch.rng.choice(options)))
 
     @staticmethod
     def _fold_consumers(sch: TracedSchedule, buffer: str) -> None:
