@@ -219,9 +219,16 @@ def test_the_scheduler_extra_alternates_the_policies_over_seeds_and_judges_the_m
     result = json.loads(path.read_text(encoding="utf-8"))
     e = result["tune"]["extras"]["scheduler"]
     assert e["seeds"] == [0, 1] and e["budget"] == 4 * len(tune.QUICK_SUITE)
+    assert e["verdict_on"] == "head_to_head"
     for policy in ("gradient", "round_robin"):
         runs = e[f"{policy}_runs"]
         assert [r["seed"] for r in runs] == [0, 1] and e[policy] == runs[0]
+        for r in runs:  # each workload's latency from the head-to-head call, numpy beside it
+            assert len(r["latency_ms"]) == len(r["numpy_ms"]) == len(tune.QUICK_SUITE)
+            assert all(x > 0 for x in r["latency_ms"] + r["numpy_ms"])
+            assert r["weighted_latency_ms"] == pytest.approx(
+                sum(w.weight * x for w, x in zip(tune.QUICK_SUITE, r["latency_ms"]))
+            )
         assert all(sum(r["trials_per_task"]) == e["budget"] for r in runs)
         totals = e[f"{policy}_weighted_by_seed"]
         assert totals == [r["weighted_latency_ms"] for r in runs] and all(t > 0 for t in totals)
@@ -229,7 +236,8 @@ def test_the_scheduler_extra_alternates_the_policies_over_seeds_and_judges_the_m
     assert e["met"] == (e["gradient_weighted_ms"] < e["round_robin_weighted_ms"])
     _, rows = tune.extras_table(result)
     (row,) = rows
-    assert "median of 2 seeds" in row[1] and row[2].startswith("met" if e["met"] else "not met")
+    assert "median of 2 seeds" in row[1] and "head-to-head timings" in row[1]
+    assert row[2].startswith("met" if e["met"] else "not met")
     assert "alternating seed by seed" in (tune.extras_note(result) or "")
 
 
@@ -301,6 +309,6 @@ def test_head_to_head_times_verified_kernels_of_each_run_in_one_call(tmp_path: P
     ctx = tune.Context(folder=tmp_path, seed=0, quiet_wait_s=0, measure=MeasureConfig(warmup=1, number=2, repeat=3),
                        log=lambda _: None)  # fmt: skip
     duel = tune.head_to_head(ctx, task, rows)
-    assert duel is not None and set(duel) == {"warm_ms", "cold_ms", "numpy_ms"}
-    assert all(v > 0 for v in duel.values())
+    assert duel is not None and set(duel) == {"warm_ms", "cold_ms", "numpy_ms", "contended"}
+    assert all(duel[k] > 0 for k in ("warm_ms", "cold_ms", "numpy_ms")) and duel["contended"] in (True, False)
     assert tune.head_to_head(ctx, task, {"warm": rows["warm"], "cold": {"best_trace_json": None}}) is None
