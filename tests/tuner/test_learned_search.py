@@ -183,9 +183,10 @@ def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
     assert len(warm.seeds) >= 2 and packs[1] is not packs[0]
     first = warm.propose(8)
     assert {warm.seeds[0].hash, warm.seeds[1].hash} <= {t.hash for t in first}
-    # later batches measure the seeds not yet measured first (at most half a batch)
+    # later batches measure the seeds not yet measured first (at most half a batch each;
+    # the search may have proposed some of them already)
     second = warm.propose(8)
-    assert {t.hash for t in second} & {t.hash for t in warm.seeds[4:8]} == {t.hash for t in warm.seeds[4:8]}
+    assert {t.hash for t in warm.seeds[4:8]} <= {t.hash for t in first} | {t.hash for t in second}
     warm_run = tune_loop(new, TARGET, strategy=make_strategy("evolutionary", warm_ctx, 0), runner=SimulatedRunner(), database=db, trials=4)
     # the repaired best keeps its quality: within 10% of the other shape's best per FLOP
     # from the first batch on (a cold start's first batch is luck under the simulator;
