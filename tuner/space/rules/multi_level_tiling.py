@@ -264,7 +264,6 @@ class MultiLevelTiling(ScheduleRule):
         mutator may move it anywhere legal later; here one of the root and `loops`,
         uniformly, among the legal ones.
         """
-        assert sch.rng is not None
         name = block_name(pack)
         candidates = sch.compute_location_candidates(pack)
         names = [loop_name(lp) for lp in loops]
@@ -273,7 +272,9 @@ class MultiLevelTiling(ScheduleRule):
             for at in names
             if at in candidates and is_legal(sch.program, lambda s, at=at: s.compute_at(name, at))
         ]
-        sch.compute_at(pack, sch.sample_compute_location(pack, decision=sch.rng.choice(options)))
+        # Without an rng (a forced derivation) the recorded decision decides, as in `_draw`.
+        decision = sch.rng.choice(options) if sch.rng is not None else None
+        sch.compute_at(pack, sch.sample_compute_location(pack, decision=decision))
 
     @staticmethod
     def _fold_consumers(sch: TracedSchedule, buffer: str) -> None:
