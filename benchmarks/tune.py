@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import roofline
 from codegen.kernel import Kernel
 from codegen.target import Target
 from ir.task import Task, gflops, library_task
@@ -1015,11 +1016,13 @@ GOALS: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[float, int | None, fl
 }
 
 
-def goal_cell(row: dict[str, Any]) -> str:
+def goal_cell(row: dict[str, Any], peak_gflops: float | None = None) -> str:
     """The issue's goal for the row's workload and whether this run met it.
 
     A goal "after N trials" divides the final run's numpy time by the best
-    measured while tuning after N trials (the only time there is for it).
+    measured while tuning after N trials (the only time there is for it). With
+    the core's FMA peak measured, a goal that is not met says what fraction of
+    the peak it asks for: above about 90%, no kernel gets there.
     """
     goal = GOALS.get((row["op"], tuple(sorted(row["params"].items()))))
     if goal is None:
@@ -1037,7 +1040,16 @@ def goal_cell(row: dict[str, Any]) -> str:
     if value is None:
         return text + " (–)"
     met = value >= ratio and (max_s is None or row["tune_s"] <= max_s)
-    return f"{text} ({value:.2f}×: {'met' if met else 'not met'})"
+    needs = goal_peak_fraction(row, ratio, peak_gflops)
+    asks = "" if met or needs is None else f"; it asks for {needs:.0%} of the core's peak"
+    return f"{text} ({value:.2f}×: {'met' if met else 'not met'}{asks})"
+
+
+def goal_peak_fraction(row: dict[str, Any], ratio: float, peak_gflops: float | None) -> float | None:
+    """The fraction of the FMA peak that `ratio` × numpy's speed on this row stands for."""
+    if not row.get("numpy_ms") or not row.get("flops"):
+        return None
+    return roofline.peak_fraction(ratio * gflops(row["flops"], row["numpy_ms"]), peak_gflops)
 
 
 def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -1053,6 +1065,9 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "numpy ms",
         "× numpy",
     ]
+    peak = result.get("peak_gflops")
+    if peak:
+        headers += ["% of peak"]
     if tune.get("torch"):
         headers += ["torch ms", "× torch"]
     if tune.get("tvm"):
@@ -1070,6 +1085,9 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             fmt(r["numpy_ms"]),
             fmt(r["ratio_numpy"]),
         ]
+        if peak:
+            fraction = roofline.peak_fraction(r.get("gflops"), peak)
+            cells.append("–" if fraction is None else f"{fraction:.0%}")
         if tune.get("torch"):
             cells += [fmt(r["torch_ms"]), fmt(r["ratio_torch"])]
         if tune.get("tvm"):
@@ -1079,7 +1097,7 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 tvm_s += " (stopped)"
             cells += [fmt(r.get("tvm_ms")), fmt(r.get("tvm_ratio_numpy")), tvm_s, tvm_goal_cell(r)]
         cells.append("yes" if r["correct"] else "**no**")
-        cells.append(goal_cell(r))
+        cells.append(goal_cell(r, peak))
         rows.append(cells)
     return headers, rows
 
@@ -1314,6 +1332,11 @@ def note(result: dict[str, Any]) -> str:
         + "; × = their time / loomtune's. conv2d's numpy is the library's reference "
         "(sliding windows + tensordot: im2col + GEMM). Tuning s: the whole `tune_task` call; search s: of that, the strategy proposing and learning (the measurement processes wait meanwhile); cand/s: trials / the loop's time.",
     ]
+    if result.get("peak_gflops"):
+        parts.append(
+            f"% of peak: the final kernel's GFLOP/s over one core's FMA peak, {result['peak_gflops']:.0f} GFLOP/s, "
+            "measured at the start of this run (`benchmarks/roofline.py`: independent FMA chains on registers)."
+        )
     if not tune.get("torch"):
         parts.append("PyTorch was not installed: no PyTorch column.")
     if tune.get("tvm") is None:
@@ -1542,6 +1565,7 @@ def run_and_write(
 
     started = harness.utc_now()
     wall = time.perf_counter()
+    peak = roofline.fma_peak_gflops()
     before = harness.cpu_snapshot()
     rows, extra = run(log=log, **kwargs)
     after = harness.cpu_snapshot()
@@ -1569,6 +1593,7 @@ def run_and_write(
         "wall_s": 0.0,
         "machine": machine_info().to_dict(),
         "target": Target.host().canonical(),
+        "peak_gflops": peak,
         "loomtune_version": importlib.metadata.version("loomtune"),
         "environment": environment or {},
         "measure": extra["tune"]["measure_final"],

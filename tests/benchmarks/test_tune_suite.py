@@ -73,6 +73,12 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
 
     for _caption, table, _note in tune.report_tables(result):
         assert text_table(table)
+    # the core's FMA roof, measured in the run, and each kernel as a fraction of it
+    assert result["peak_gflops"] > 0
+    headers, cells = tune.main_table(result)
+    fraction = cells[0][headers.index("% of peak")]
+    assert fraction == f"{row['gflops'] / result['peak_gflops']:.0%}"
+    assert f"{result['peak_gflops']:.0f} GFLOP/s" in tune.note(result)
 
 
 def test_checkpoints_end_at_the_budget() -> None:
