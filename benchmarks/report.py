@@ -26,6 +26,7 @@ SUITE_ORDER = (
     "cost_model",
     "tune",
     "tune_extras",
+    "scheduler_replay",
 )
 
 Table = tuple[list[str], list[list[str]]]
@@ -227,6 +228,10 @@ def tables(result: dict[str, Any]) -> list[tuple[str | None, Table, str | None]]
         from benchmarks.throughput import report_tables as tuning_tables
 
         return tuning_tables(result, note)
+    if result["kind"] == "scheduler_replay":
+        from benchmarks.scheduler_replay import report_tables as replay_tables
+
+        return replay_tables(result, note)
     if result["kind"] == "tune":
         from benchmarks.tune import report_tables as tune_tables
 

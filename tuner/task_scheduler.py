@@ -65,16 +65,39 @@ def weighted_latency(tasks: Sequence[ScheduledTask]) -> float | None:
     return float(sum(t.weight * t.best for t in tasks))  # type: ignore[operator]
 
 
-def _gradient(t: ScheduledTask, window: int) -> float:
-    """Expected drop of w * best per trial (larger is more promising)."""
-    h = t.run.history
+def gradient(history: Sequence[float | None], weight: float, window: int) -> float:
+    """Expected drop of weight * best per trial (larger is more promising), from a best-so-far history."""
+    h = history
     if not h or h[-1] is None:
         return float("inf")  # nothing correct yet: its latency is unknown, fix that first
     best = h[-1]
     past = h[-window - 1] if len(h) > window else h[0]
     recent = (past - best) / min(window, len(h)) if past is not None else 0.0
     optimistic = best / len(h)
-    return t.weight * max(recent, 0.0) + t.weight * optimistic * 0.1
+    return weight * max(recent, 0.0) + weight * optimistic * 0.1
+
+
+def pick_task(
+    histories: Sequence[Sequence[float | None]],
+    weights: Sequence[float],
+    live: Sequence[int],
+    config: SchedulerConfig,
+    turn: int,
+    rng: random.Random,
+) -> int | None:
+    """Which of the `live` tasks gets the next batch, from their best-so-far histories alone.
+
+    A pure decision (the rng aside), so it can be replayed over recorded tuning
+    curves (`benchmarks/scheduler_replay.py`) as well as drive `TaskScheduler`.
+    """
+    if not live:
+        return None
+    untried = [i for i in live if not histories[i]]
+    if config.policy == "round_robin" or untried:
+        return untried[0] if untried else live[turn % len(live)]
+    if rng.random() < config.epsilon:
+        return rng.choice(list(live))
+    return max(live, key=lambda i: (gradient(histories[i], weights[i], config.window), -i))
 
 
 class TaskScheduler:
@@ -102,14 +125,8 @@ class TaskScheduler:
 
     def _next(self, turn: int) -> int | None:
         live = [i for i, t in enumerate(self.tasks) if not t.exhausted]
-        if not live:
-            return None
-        untried = [i for i in live if not self.tasks[i].run.history]
-        if self.config.policy == "round_robin" or untried:
-            return untried[0] if untried else live[turn % len(live)]
-        if self.rng.random() < self.config.epsilon:
-            return self.rng.choice(live)
-        return max(live, key=lambda i: (_gradient(self.tasks[i], self.config.window), -i))
+        histories = [t.run.history for t in self.tasks]
+        return pick_task(histories, [t.weight for t in self.tasks], live, self.config, turn, self.rng)
 
     def run(
         self,
