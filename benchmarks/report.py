@@ -280,6 +280,8 @@ def _is_number(cell: str) -> bool:
 
 def machine_line(result: dict[str, Any]) -> str:
     """CPU, cores, numpy's BLAS, LLVM, versions and date: enough to judge the numbers."""
+    if result["kind"] == "scheduler_replay":  # nothing was timed: the curves come from other runs
+        return f"No timing in this run: the curves come from the tune runs it names · loomtune {result['loomtune_version']}"
     m = result["machine"]
     blas = "; ".join(
         " ".join(

@@ -84,3 +84,4 @@ def test_the_result_compares_both_policies_with_round_robin_and_renders(tmp_path
     assert m["foresight"]["median_trials"][0] == 16
     text = text_report(result)
     assert "znver3" in text and f"{m['gradient']['mean_change']:+.2%}" in text
+    assert "No timing in this run" in text
