@@ -208,3 +208,30 @@ def test_polynomial_exp_and_tanh_meet_the_tolerance_over_a_wide_range() -> None:
         with np.errstate(over="ignore"):
             expected = ref(xs)
         assert verify([y], [expected], [out.name]) is None
+
+
+def test_row_max_propagates_nan_and_division_by_a_row_value_matches_numpy() -> None:
+    """max carries nsz and division arcp (`codegen/emit.py`): a row holding NaN still
+    has a NaN max, and x / s[i] (LICM hoists 1/s[i] out of the row) stays within tolerance."""
+    from ir import compute as te
+    from ir.build import build_program
+
+    m, n = 8, 1024
+    x = te.placeholder((m, n), "float32", "X")
+    r = te.reduce_axis(n, "r")
+    mx = te.compute((m,), lambda i: te.max(x[i, r], axis=r), "M")
+    y = te.compute((m, n), lambda i, j: x[i, j] / mx[i], "Y")
+    program = build_program(te.Workload("rowdiv", (x,), (mx, y)))
+    kernel = compile_program(with_loop(program, "j", "vectorized", vector_width=16))
+    rng = np.random.default_rng(0)
+    xs = rng.uniform(0.5, 3.0, (m, n)).astype(np.float32)
+    xs[3, 700] = np.nan
+    xs[5, 0] = -0.0
+    got_max = np.full(m, -1.0, np.float32)
+    got_y = np.full((m, n), -1.0, np.float32)
+    kernel(xs, got_max, got_y)
+    want_max = xs.max(axis=1)
+    assert np.isnan(got_max[3])
+    np.testing.assert_array_equal(np.delete(got_max, 3), np.delete(want_max, 3))
+    ok = np.arange(m) != 3
+    np.testing.assert_allclose(got_y[ok], xs[ok] / want_max[ok, None], rtol=2e-7 * 4)
