@@ -265,3 +265,31 @@ def test_a_fresh_search_samples_its_first_batch_and_evolves_once_it_has_results(
     second = strategy.propose(16)
     assert strategy.model.trained and not {t.hash for t in second} & {t.hash for t in first}
     assert sum(j.parent is not None for batch in jobs for j in batch) >= strategy.config.population
+
+
+def test_the_best_trace_has_its_structural_variants_measured_once() -> None:
+    """A run must not stall on one side of a structural choice (pack or not): the best
+    measured trace's variant with the other choice, its tiles kept, joins the next batch."""
+    from codegen.target import Target
+    from tuner.space import default_space
+
+    task = library_task("matmul", {"m": 128, "n": 128, "k": 128})
+    ctx = SearchContext(task, TARGET, default_space(task.program, Target.host(1)), InMemoryDatabase())
+    strategy = EvolutionaryStrategy(ctx, 0)
+    first = strategy.propose(8)
+    runner = SimulatedRunner()
+    results = [runner.measure(task, t) for t in first]
+    strategy.observe(first, results)
+    best = min((t for t, r in zip(first, results) if r.ok), key=lambda t: strategy.measured[t.hash][1])
+
+    def packed(t: object) -> bool:
+        return any(i.kind == "pack_panels" for i in t.instructions)  # type: ignore[attr-defined]
+
+    def tiles(t: object) -> list[object]:
+        return [d for i, d in sorted(t.decisions.items()) if t.instructions[i].kind == "sample_perfect_tile"]  # type: ignore[attr-defined]
+
+    second = strategy.propose(8)
+    flipped = [t for t in second if packed(t) is not packed(best) and tiles(t) == tiles(best)]
+    assert flipped, "the best's variant with the other pack choice was not proposed"
+    third = strategy.propose(8)
+    assert not {t.hash for t in flipped} & {t.hash for t in third}  # measured once
