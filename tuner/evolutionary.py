@@ -284,9 +284,13 @@ class EvolutionaryStrategy:
     def _seeds_first(self, n: int, room: int) -> list[Trace]:
         """Other shapes' best, repaired, and their variants are measured first, in order (at
         most half of a batch of n, and `room`, per batch): a new shape starts from them."""
+        return self._take_new(self.seeds, min(room, max(1, n // 2)))
+
+    def _take_new(self, queue: Sequence[Trace], room: int) -> list[Trace]:
+        """The first `room` traces of `queue` not yet measured nor proposed, now proposed."""
         out: list[Trace] = []
-        for t in self.seeds:
-            if len(out) >= min(room, max(1, n // 2)):
+        for t in queue:
+            if len(out) >= room:
                 break
             if self._is_new(t):
                 out.append(t)
@@ -310,16 +314,10 @@ class EvolutionaryStrategy:
         if best.hash not in self._expanded:
             self._expanded.add(best.hash)
             try:
-                self._variants.extend(variants(best, self.rng))
+                self._variants.extend(t for t in variants(best, self.rng) if self._feature(t) is not None)
             except (*REJECTED, RecursionError):
                 pass
-        out: list[Trace] = []
-        while self._variants and len(out) < room:
-            t = self._variants.pop(0)
-            if self._is_new(t) and self._feature(t) is not None:
-                out.append(t)
-                self.proposed.add(t.hash)
-        return out
+        return self._take_new(self._variants, room)
 
     def _fresh(self, out: list[Trace], n: int) -> list[Trace]:
         """`out` topped up to n with new random samples of the space that lower."""
