@@ -306,6 +306,11 @@ def test_cover_tiles_sample_aligned_widths_repair_keeps_them_and_replay_checks_t
     assert all(cover_tile_fits(d, 1000, 4, 64) is None for d in drawn)
     assert {16, 32, 64} <= {d[-1] for d in drawn}  # widths 1000 is not a multiple of
     assert all(sum(1 for d in drawn if d[-1] == w) > 0 for w in (8, 40))  # and its divisors
+    # three times a power of two: register-tile rows (12 x 32 on AVX-512) on a power-of-two extent
+    from tuner.trace.sampling import cover_innermost_choices
+
+    assert cover_innermost_choices(1024, 16) == [1, 2, 3, 4, 6, 8, 12, 16]
+    assert cover_tile_fits([1, 86, 1, 12], 1024, 4, 16) is None
     # 1024's tiling covers 1000 as it is; a too-wide inner level is cut to what is needed
     assert repair_cover_tile([1, 2, 16, 32], 1000, 4, 64) == [1, 2, 16, 32]
     assert repair_cover_tile([16, 2, 4, 8], 1000, 4, 8) == [16, 2, 4, 8]

@@ -12,7 +12,10 @@ and the pieces are ordered
 so S3 is a register tile (its last loop is vectorized, the others unrolled by
 the postprocessors), S2 x R1 a cache tile, and S0 x S1 the outer, parallel
 work. The innermost factor of the last spatial loop (the vector axis) is at
-most 4 vector registers' worth; the others at most `max_innermost_factor`.
+most 4 vector registers' worth; the others at most `max_innermost_factor` (16:
+the accumulator budget below is the real bound; 12 rows x 32 columns is
+AVX-512's best matmul tile); a reduction's inner factor at most
+`max_reduce_factor` (256: the hand kernel's k-block, whose A strip fits L1).
 Tiles are drawn so the register tile is at least one vector wide (where the
 extent allows) and its accumulators fit the registers: a uniform draw over
 divisors mostly gives tiles that spill or do not vectorize.
@@ -76,9 +79,9 @@ class MultiLevelTiling(ScheduleRule):
         self,
         *,
         structure: str = "SSRSRS",
-        max_innermost_factor: int = 8,
+        max_innermost_factor: int = 16,
         max_vector_factor: int | None = None,
-        max_reduce_factor: int = 64,
+        max_reduce_factor: int = 256,
         write_levels: Sequence[int] = (1, 2),
         pack_probability: float = 0.5,
         max_accumulators: int | None = None,
