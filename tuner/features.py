@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ir import dtype as dt
-from ir.expr import CMP_OPS, LOGIC_OPS, Binary, Buffer, Call, Cast, Const, Expr, Load, Select, Var
+from ir.expr import CMP_OPS, LOGIC_OPS, Binary, Buffer, Call, Cast, Const, Expr, Load, Select
 from ir.lower import lower
-from ir.lower.simplify import linear_in
+from ir.lower.simplify import strides_in
 from ir.node import walk
 from ir.program import Allocate, BufferStore, For, IfThenElse, Program, SeqStmt, Stmt
 
@@ -109,11 +109,8 @@ def _arith(value: Expr) -> list[int]:
     return counts
 
 
-def _stride_class(index: Expr, var: Var | None) -> int:
-    """0: invariant in `var`, 1: unit stride, 2: anything else."""
-    if var is None:
-        return 0
-    stride = linear_in(index, var)[0]
+def _stride_class(stride: int | None) -> int:
+    """0: invariant, 1: unit stride, 2: anything else (None: not linear)."""
     if stride == 0:
         return 0
     return 1 if stride in (1, -1) else 2
@@ -141,7 +138,8 @@ def _store_vector(store: BufferStore, loops: Sequence[For], scratch: int) -> tup
     accesses.append(_Access(store.indices[-1] if store.indices else Const(0, dt.INDEX), dt.itemsize(store.buffer.dtype)))
     # Distinct elements each access touches within one iteration of each level:
     # the product of the extents of the loops inside it that its index moves with.
-    moves = [[linear_in(a.index, lp.var)[0] != 0 for lp in loops] for a in accesses]
+    strides = [strides_in(a.index, [lp.var for lp in loops]) for a in accesses]
+    moves = [[st != 0 for st in row] for row in strides]
     for lv in range(LEVELS):
         if lv >= len(inner):
             v += [0.0, 0.0]
@@ -155,11 +153,12 @@ def _store_vector(store: BufferStore, loops: Sequence[For], scratch: int) -> tup
             distinct += elems
             total_bytes += elems * a.elem_bytes
         v += [_log(total_bytes), _log(inside * len(accesses) / max(distinct, 1.0))]
-    innermost = loops[-1].var if loops else None
-    for var in (innermost, vec.var if vec else None):
+    innermost = len(loops) - 1 if loops else None
+    vec_at = next((k for k in reversed(range(len(loops))) if loops[k].kind == "vectorized"), None)
+    for at in (innermost, vec_at):
         classes = [0, 0, 0]
-        for a in accesses:
-            classes[_stride_class(a.index, var)] += 1
+        for row in strides:
+            classes[_stride_class(0 if at is None else row[at])] += 1
         v += [float(c) for c in classes]
     v += [_log(scratch), _log(_bytes(store.buffer)), 1.0 if store.buffer.scope != "global" else 0.0]
     return v, float(iterations)

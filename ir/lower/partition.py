@@ -26,7 +26,7 @@ from dataclasses import replace
 from ir import dtype as dt
 from ir.expr import Binary, Const, Expr, Var
 from ir.lower.simplify import _linear, bound, simplify_stmt
-from ir.node import walk
+from ir.node import children, walk
 from ir.program import Allocate, For, IfThenElse, Program, SeqStmt, Stmt, seq
 from ir.visit import substitute
 
@@ -43,11 +43,14 @@ def _part(s: Stmt, env: Ranges) -> Stmt:
     if isinstance(s, For):
         if isinstance(s.extent, Const):
             n = int(s.extent.value)
-            live = _live_limit(s, env)
+            if not _guarded(s.body):
+                return s  # nothing below to split or drop
+            ranges = _inner_ranges(s, env)
+            live = _live_limit(s, ranges)
             if live is not None and live < n:
                 shorter = simplify_stmt(replace(s, extent=Const(live, "int64")), env) if live > 0 else None
                 return seq() if shorter is None else _part(shorter, env)
-            t = _split_point(s, env)
+            t = _split_point(s, ranges)
             if t is not None and 0 < t < n and s.kind == "parallel":
                 return _split_inside(s, t, env)
             if t is not None and 0 < t < n:
@@ -84,18 +87,37 @@ def _split_inside(loop: For, t: int, env: Ranges) -> Stmt:
     return replace(loop, body=IfThenElse(v < t, parts[0], parts[1]))
 
 
+def _statements(s: Stmt) -> list[Stmt]:
+    """The statements of `s` in pre-order, without descending into expressions: the
+    passes here look only for loops and guards, and expressions are most of the nodes."""
+    out: list[Stmt] = []
+    stack = [s]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(c for c in reversed(children(n)) if isinstance(c, Stmt))
+    return out
+
+
+def _guarded(s: Stmt) -> bool:
+    """Whether `s` holds something partitioning acts on: a guard, or nothing at all (a
+    loop over an empty body is dropped)."""
+    return any(isinstance(n, IfThenElse) or (isinstance(n, SeqStmt) and not n.stmts) for n in _statements(s))
+
+
 def _inner_ranges(loop: For, env: Ranges) -> Ranges:
     ranges = dict(env)
-    for n in walk(loop.body):
+    for n in _statements(loop.body):
         if isinstance(n, For) and isinstance(n.extent, Const):
             ranges[n.var] = (0, int(n.extent.value) - 1)
     return ranges
 
 
-def _live_limit(loop: For, env: Ranges) -> int | None:
+def _live_limit(loop: For, ranges: Ranges) -> int | None:
     """Leading iterations that can do anything, when every store of the body is under a
-    guard on `loop`: past them each guard holds for no inner value. None: no such bound."""
-    return _live(loop.body, loop.var, _inner_ranges(loop, env))
+    guard on `loop`: past them each guard holds for no inner value. None: no such bound.
+    `ranges`: those of the loops around and inside (`_inner_ranges`)."""
+    return _live(loop.body, loop.var, ranges)
 
 
 def _live(s: Stmt, var: Var, ranges: Ranges) -> int | None:
@@ -112,11 +134,11 @@ def _live(s: Stmt, var: Var, ranges: Ranges) -> int | None:
     return None
 
 
-def _split_point(loop: For, env: Ranges) -> int | None:
-    """The number of leading iterations for which every upper-bound guard on `loop` holds."""
-    ranges = _inner_ranges(loop, env)
+def _split_point(loop: For, ranges: Ranges) -> int | None:
+    """The number of leading iterations for which every upper-bound guard on `loop` holds.
+    `ranges`: those of the loops around and inside (`_inner_ranges`)."""
     best: int | None = None
-    for n in walk(loop.body):
+    for n in _statements(loop.body):
         if isinstance(n, IfThenElse):
             for cond in _conjuncts(n.cond):
                 t = _guard_limit(cond, loop.var, ranges)

@@ -8,11 +8,11 @@ canonical linear form (largest coefficient first) so equal indices print equal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ir import dtype as dt
 from ir.expr import Binary, Cast, Const, Expr, Select, Var
-from ir.node import Node, map_children
+from ir.node import Node, map_children, walk
 from ir.program import For, IfThenElse, Program, SeqStmt, Stmt, seq
 from ir.visit import substitute
 
@@ -284,7 +284,19 @@ def linear_in(e: Expr, var: Var) -> tuple[int | None, Expr]:
     return stride, _build(terms, const, e.dtype)
 
 
-def _mentions(e: Node, var: Var) -> bool:
-    from ir.node import walk
+def strides_in(e: Expr, variables: Sequence[Var]) -> list[int | None]:
+    """`linear_in(e, v)[0]` for each v, with `e` analysed once (the cost model's features ask
+    this of every access for every loop around it)."""
+    lin = _linear(e) if dt.is_int(e.dtype) else None
+    if lin is None:
+        return [None if _mentions(e, v) else 0 for v in variables]
+    terms, _ = lin
+    inside = [(atom, {n for n in walk(atom) if isinstance(n, Var)}) for atom in terms]
+    return [
+        None if any(v in names for atom, names in inside if atom != v) else terms.get(v, 0)
+        for v in variables
+    ]
 
+
+def _mentions(e: Node, var: Var) -> bool:
     return any(n == var for n in walk(e) if isinstance(n, Var))

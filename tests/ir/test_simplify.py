@@ -49,3 +49,13 @@ def test_float_arithmetic_is_not_reassociated() -> None:
     x = Var("x", "float32")
     e = (x + 1.0) - 1.0
     assert simplify_expr(e, ENV) == e
+
+
+def test_strides_in_agrees_with_linear_in_for_every_variable() -> None:
+    from ir.lower.simplify import linear_in, strides_in
+
+    cases = [i * 8 + j, (i * 8 + j) // 4 + k * 3, i - i + k, Const(5, "int64"), i * j + k * 2, (k + i) % 7 - j]
+    for e in cases:
+        assert strides_in(e, [i, j, k]) == [linear_in(e, v)[0] for v in (i, j, k)], render(e)
+    assert strides_in(i * 8 + j, [i, j, k]) == [8, 1, 0]
+    assert strides_in((i * 8 + j) // 4 + k * 3, [i, j, k]) == [None, None, 3]
