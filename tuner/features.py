@@ -127,7 +127,8 @@ def _store_vector(store: BufferStore, loops: Sequence[For], scratch: int) -> tup
             v += [_log(ext), *(1.0 if lp.kind == k else 0.0 for k in _KINDS)]
         else:
             v += [0.0, 0.0, 0.0, 0.0]
-    vec = next((lp for lp in reversed(loops) if lp.kind == "vectorized"), None)
+    vec_at = next((k for k in reversed(range(len(loops))) if loops[k].kind == "vectorized"), None)
+    vec = loops[vec_at] if vec_at is not None else None
     unrolled = math.prod(e for lp, e in zip(loops, extents) if lp.kind == "unrolled")
     parallel = math.prod(e for lp, e in zip(loops, extents) if lp.kind == "parallel")
     v += [_log(iterations), _log(len(loops)), _log(_extent(vec) if vec else 1), _log(unrolled), _log(parallel)]
@@ -154,7 +155,6 @@ def _store_vector(store: BufferStore, loops: Sequence[For], scratch: int) -> tup
             total_bytes += elems * a.elem_bytes
         v += [_log(total_bytes), _log(inside * len(accesses) / max(distinct, 1.0))]
     innermost = len(loops) - 1 if loops else None
-    vec_at = next((k for k in reversed(range(len(loops))) if loops[k].kind == "vectorized"), None)
     for at in (innermost, vec_at):
         classes = [0, 0, 0]
         for row in strides:
