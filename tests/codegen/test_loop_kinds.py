@@ -140,6 +140,20 @@ def test_unrolled_loop_has_no_back_edge_and_four_stores() -> None:
     assert "phi" in serial and serial.count("store ") == 1
 
 
+def test_unrolled_tile_index_arithmetic_is_folded_and_one_chunk_vectors_have_no_loop() -> None:
+    # A register tile: rows unrolled, each row one 16-wide vector. Its index arithmetic on the
+    # unrolled constants is folded while emitting, and a vector loop of one chunk is no loop.
+    task = library_task("matmul", {"m": 4, "n": 16, "k": 8})
+    program = with_loop(with_loop(task.program, "i", "unrolled"), "j", "vectorized", vector_width=16)
+    text = function_body(emit_module(lower(program), "k"), "k")
+    constant_only = re.findall(r"= (?:add|sub|mul)(?: nsw)? i64 -?\d+, -?\d+\n", text)
+    assert constant_only == []
+    assert re.findall(r"(?:add i64 %\S+, 0|mul i64 %\S+, 1)\n", text) == []
+    assert ".vec.header" not in text
+    assert text.count("store <16 x float>") == 8  # each row: its init and its update
+    run_and_verify(task, program)
+
+
 def test_unrolled_programs_are_correct() -> None:
     task = library_task("matmul", {"m": 3, "n": 5, "k": 6})
     run_and_verify(task, with_loop(with_loop(task.program, "r", "unrolled"), "j", "unrolled"))
