@@ -15,9 +15,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from llvmlite import ir as ll
 
@@ -41,6 +42,7 @@ DIV_FAST = (*FAST, "arcp")
 loop whose divisor is invariant (softmax's normalisation: one vdivps per element costs
 ~16 cycles per 16 lanes on Sapphire Rapids, a vmulps 0.5)."""
 STACK_LIMIT_BYTES = 64 * 1024
+T = TypeVar("T")
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
@@ -182,7 +184,7 @@ class FunctionEmitter:
             emit_parallel_loop(self, s)
             return
         if s.kind == "vectorized" and self.vec is None:
-            plan = plan_vector_loop(s, self.m.register_lanes, vector_cap(self.m.vector_bits))
+            plan = self.m.vector_plan(s)
             if plan is not None:
                 self._vector_loop(s, plan)
                 return
@@ -288,7 +290,7 @@ class FunctionEmitter:
 
     def _affine(self, index: Expr, var: Var) -> tuple[int | None, Expr]:
         """index = stride * var + rest with rest free of var; stride None when not affine."""
-        return linear_in(index, var)
+        return self.m.memo(("linear", index, var), lambda: linear_in(index, var))
 
     def _vector_base(self, rest: Expr) -> ll.Value:
         """The scalar address of lane 0 for a unit-stride access: rest + var's chunk base."""
@@ -564,6 +566,23 @@ class ModuleEmitter:
         self.num_threads = num_threads
         self.vector_bits = vector_bits
         self._outlined = 0
+        self._memo: dict[tuple[object, ...], tuple[object, object]] = {}
+
+    def memo(self, key: tuple[object, ...], compute: Callable[[], T]) -> T:
+        """`compute()` once per key's node *objects*: an unrolled loop emits its body once per
+        iteration, the same nodes each time, and their analyses (vector legality, affine
+        forms) were most of the emitter's time. Keyed by identity, the nodes kept alive."""
+        ident = tuple(id(x) for x in key)
+        hit = self._memo.get(ident)
+        if hit is None:
+            hit = (key, compute())
+            self._memo[ident] = hit
+        return hit[1]  # type: ignore[return-value]
+
+    def vector_plan(self, loop: For) -> VectorPlan | None:
+        return self.memo(
+            ("vector", loop), lambda: plan_vector_loop(loop, self.register_lanes, vector_cap(self.vector_bits))
+        )
 
     def declare(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
         existing = self.module.globals.get(name)
