@@ -47,12 +47,14 @@ from codegen.target import Target
 from ir.program import Program
 from ir.schedule import ScheduleError
 from ir.schedule.state import all_blocks
+from tuner.space.analysis import root_nests
 from tuner.space.base import SpaceRejected
 from tuner.space.context import SpaceContext
 from tuner.space.mutators import DEFAULT_MUTATORS, MUTATORS, Mutator
 from tuner.space.mutators.base import structural_categoricals
 from tuner.space.postprocs import DEFAULT_POSTPROCS, POSTPROCS, Postproc
 from tuner.space.rules import DEFAULT_RULES, RULES, ScheduleRule
+from tuner.space.rules.base import VECTORIZE
 from tuner.trace.errors import TraceError
 from tuner.trace.instruction import RV
 from tuner.trace.trace import Trace
@@ -123,7 +125,9 @@ class RuleSpace:
                 pool = [(m, w) for m, w in pool if m is not mutator]
                 continue
             try:
-                return self.rederive(changed, rng) if mutator.rederives else self.complete(changed)
+                if mutator.rederives:
+                    return self.rederive(changed, rng)
+                return self.complete(changed, rederive_rng=rng)
             except SpaceRejected:
                 continue
         return None
@@ -166,12 +170,21 @@ class RuleSpace:
         """
         return self._programs.get(trace.hash)
 
-    def complete(self, rules: Trace) -> Trace:
-        """Replay a rule part (every decision given) and postprocess it."""
+    def complete(self, rules: Trace, rederive_rng: random.Random | None = None) -> Trace:
+        """Replay a rule part (every decision given) and postprocess it.
+
+        With `rederive_rng`, a rule part that replays but whose root nests are no longer
+        the ones the rules annotated is re-derived instead (`rederive`): moving a block
+        can add or remove a nest, and a replayed mutant left the new nest without its
+        vectorize and unroll annotations (znver5: the evolutionary search's softmax
+        stuck at 1.40 ms, its exp loop vectorized by LLVM alone, where replay found 1.24).
+        """
         try:
             sch = rules.apply(self.program)
         except (ScheduleError, TraceError) as e:
             raise SpaceRejected(str(e)) from None
+        if rederive_rng is not None and not nests_annotated(sch.program, rules):
+            return self.rederive(rules, rederive_rng)
         return self.finish(sch)
 
     def rederive(self, rules: Trace, rng: random.Random) -> Trace:
@@ -237,6 +250,21 @@ class RuleSpace:
                     {k: v for k, v in trace.decisions.items() if k < start},
                 )
         return None
+
+
+def nests_annotated(program: Program, rules: Trace) -> bool:
+    """Whether the blocks a rule part annotates with `loomtune.vectorize` are the heads of
+    `program`'s root nests (true of every derivation: parallel-vectorize-unroll annotates
+    each root nest's first block; a rule part without such annotations passes)."""
+    block_of = {i.outputs[0]: i.attr("name") for i in rules.instructions if i.kind == "get_block"}
+    annotated = {
+        block_of.get(i.inputs[0].name)
+        for i in rules.instructions
+        if i.kind == "annotate" and i.attr("key") == VECTORIZE and isinstance(i.inputs[0], RV)
+    }
+    if not annotated:
+        return True
+    return annotated == {names[0] for names in root_nests(program) if names}
 
 
 PROGRAM_CACHE = 1024

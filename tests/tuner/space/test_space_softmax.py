@@ -13,6 +13,8 @@ from ir.serialize import structural_hash
 from ir.task import library_task
 from tests.tuner.space.spacecheck import check_correct, samples
 from tuner.space import SpaceRejected, default_space
+from tuner.space.analysis import root_nests
+from tuner.space.rules.base import VECTORIZE
 from tuner.trace.trace import Trace
 
 ONE_THREAD = Target.parse("llvm -mcpu=znver3 -mattr=+avx,+avx2,+fma -num-threads=1")
@@ -153,3 +155,37 @@ def test_structure_mutation_turns_rfactor_on_and_off_and_stays_correct() -> None
         kinds.add(has_rf)
         trace = mutant
     assert kinds == {True, False} and mutated >= 20
+
+
+def test_a_moved_block_leaves_no_root_nest_without_its_annotations() -> None:
+    """parallel-vectorize-unroll annotates each root nest; moving a block (compute-location)
+    can add a nest, so the mutant is re-derived, not replayed: a replayed mutant left the new
+    nest without `loomtune.vectorize`/`unroll` (znver5: the evolutionary search's softmax
+    stuck at 1.40 ms, its exp loop vectorized only by LLVM, where replay found 1.24)."""
+    task = _task()
+    space = default_space(task.program, ONE_THREAD, mutators={"compute-location": 1.0})
+    rng = random.Random(3)
+    nests_changed = 0
+    for seed in range(60):
+        try:
+            trace = space.sample(random.Random(seed))
+        except SpaceRejected:
+            continue
+        mutant = space.mutate(trace, rng)
+        if mutant is None:
+            continue
+        rules = space.rule_part(mutant)
+        assert rules is not None
+        program = rules.apply(task.program).program
+        nests = [names for names in root_nests(program) if names]
+        block_of = {i.outputs[0]: i.attr("name") for i in rules.instructions if i.kind == "get_block"}
+        annotated = {
+            block_of[i.inputs[0].name]
+            for i in rules.instructions
+            if i.kind == "annotate" and i.attr("key") == VECTORIZE
+        }
+        assert annotated == {names[0] for names in nests}, (annotated, nests)
+        before = space.rule_part(trace)
+        assert before is not None
+        nests_changed += len(nests) != len([n for n in root_nests(before.apply(task.program).program) if n])
+    assert nests_changed > 0, "no mutant changed the number of root nests: the test shows nothing"
