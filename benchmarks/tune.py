@@ -29,8 +29,9 @@ The extras (each optional, each in the same run):
   interleaved call per seed);
 - ``scheduler``: ``service.tuning.tune_tasks`` over the six workloads, weights
   1,1,4,4,2,2, one budget of 6 × 128 trials (gradient policy) against 128
-  trials each (round-robin policy, the equal shares), fresh databases; total
-  weighted latency of the final kernels, re-timed in this process.
+  trials each (every workload tuned on its own, fresh databases), with
+  round-robin over the shared budget beside; total weighted latency of the
+  best kernels, timed head to head.
 
 The result goes to ``results/tune-<UTC>.json`` and the curves to a PNG of
 the same stem next to it (matplotlib, when installed).
@@ -728,21 +729,46 @@ def _median_or_none(values: Sequence[float | None]) -> float | None:
     return None if not values or any(v is None for v in values) else statistics.median(values)  # type: ignore[type-var]
 
 
+SCHEDULER_ARMS = ("gradient", "round_robin", "independent")
+"""The scheduler extra's arms: one shared budget under each policy, and each workload tuned on its own."""
+
+
+def _tune_arm(
+    arm: str, ctx: Context, tasks: Sequence[tuple[Task, float]], per_task: int, seed: int, pool: Any
+) -> list[Any]:
+    """One arm's tuning (outcomes in task order): `tune_tasks` under a policy in one fresh
+    database, or (independent) `tune_task` per workload, each in a fresh database of its own
+    with a search and cost model of its own: what a user without the scheduler does."""
+    from service.db.store import open_database
+    from service.tuning import tune_task, tune_tasks
+
+    if arm != "independent":
+        database = open_database(f"sqlite:///{ctx.folder / f'sched-{arm}-{seed}.sqlite'}")
+        return tune_tasks(tasks, threads=1, trials=per_task * len(tasks), seed=seed, database=database,
+                          runner=pool, policy=arm, compare=False).outcomes  # fmt: skip
+    out = []
+    for i, (task, _) in enumerate(tasks):
+        database = open_database(f"sqlite:///{ctx.folder / f'sched-independent-{seed}-{i}.sqlite'}")
+        out.append(tune_task(task, threads=1, trials=per_task, seed=seed, database=database, runner=pool, compare=False))
+    return out
+
+
 def scheduler(
     ctx: Context, workloads: Sequence[Workload], per_task: int, seeds: Sequence[int] = ()
 ) -> dict[str, Any]:
-    """One shared budget (gradient policy) vs equal shares (round-robin), weighted latency.
+    """One shared budget (gradient policy) vs 128 trials each (each workload tuned on its own), weighted latency.
 
-    After both policies have tuned with a seed, each workload's two best kernels are
+    Round-robin over the shared budget is the third arm: equal shares, but the
+    searches share one cost model and database as the gradient policy's do, so
+    it separates what the policy wins from what sharing the model wins.
+    After all arms have tuned with a seed, each workload's best kernels are
     timed head to head, interleaved in one call (`time_kernels`): the latencies that
-    are summed are measured side by side, so a slow spell of the machine between the
+    are summed are measured side by side, so a slow spell of the machine between
     two runs does not decide the verdict (on znver3 a mm1024 final read 32.7 ms after
     one run and 25.2 after the other, minutes apart). With several seeds the verdict
     compares the medians of the weighted totals.
     """
     from benchmarks import harness
-    from service.db.store import open_database
-    from service.tuning import tune_tasks
     from workers.pool import LocalPool
 
     tasks = [(w.task(), float(w.weight)) for w in workloads]
@@ -752,14 +778,13 @@ def scheduler(
         "budget": budget,
         "per_task": per_task,
         "verdict_on": "head_to_head",
+        "baseline": "independent",
     }
     seeds = list(seeds) or [ctx.seed]
-    policies = ("gradient", "round_robin")
-    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+    runs: dict[str, list[dict[str, Any]]] = {a: [] for a in SCHEDULER_ARMS}
     for seed in seeds:
         kernels: dict[str, list[Kernel | None]] = {}
-        for policy in policies:
-            database = open_database(f"sqlite:///{ctx.folder / f'sched-{policy}-{seed}.sqlite'}")
+        for arm in SCHEDULER_ARMS:
             pool = LocalPool(threads=1)
             if ctx.quiet_wait_s > 0:
                 harness.wait_until_quiet(ctx.quiet_wait_s)
@@ -767,47 +792,45 @@ def scheduler(
             before = harness.cpu_snapshot()
             start = time.perf_counter()
             try:
-                outcome = tune_tasks(tasks, threads=1, trials=budget, seed=seed, database=database,
-                                     runner=pool, policy=policy, compare=False)  # fmt: skip
+                outcomes = _tune_arm(arm, ctx, tasks, per_task, seed, pool)
                 seconds = time.perf_counter() - start
                 helped = _pool_cpu(pool) + max(0.0, _search_cpu() - search_before)
             finally:
                 pool.close()
             after = harness.cpu_snapshot()
             load = harness.others_load(before, _add_own(after, helped) if after else None)
-            kernels[policy] = [o.kernel for o in outcome.outcomes]
-            runs[policy].append({
+            kernels[arm] = [o.kernel for o in outcomes]
+            runs[arm].append({
                 "seed": seed,
                 "seconds": seconds,
-                "trials_per_task": [o.run.trials_done for o in outcome.outcomes],
-                "best_while_tuning_ms": [o.run.best_trial.best_ms if o.run.best_trial else None for o in outcome.outcomes],
+                "trials_per_task": [o.run.trials_done for o in outcomes],
+                "best_while_tuning_ms": [o.run.best_trial.best_ms if o.run.best_trial else None for o in outcomes],
                 "pool_cpu_s": helped,
                 "others_load": load,
                 "contended": harness.is_contended(load),
             })  # fmt: skip
-            ctx.log(f"  scheduler {policy}, seed {seed}: tuned in {seconds:.0f} s")
+            ctx.log(f"  scheduler {arm}, seed {seed}: tuned in {seconds:.0f} s")
         timed = [
-            time_kernels(ctx, task, {p: kernels[p][i] for p in policies}) for i, (task, _) in enumerate(tasks)
+            time_kernels(ctx, task, {a: kernels[a][i] for a in SCHEDULER_ARMS}) for i, (task, _) in enumerate(tasks)
         ]
-        for policy in policies:
-            run = runs[policy][-1]
-            latencies = [None if t is None else t[f"{policy}_ms"] for t in timed]
+        for arm in SCHEDULER_ARMS:
+            run = runs[arm][-1]
+            latencies = [None if t is None else t[f"{arm}_ms"] for t in timed]
             run["latency_ms"] = latencies
             run["numpy_ms"] = [None if t is None else t["numpy_ms"] for t in timed]
             run["weighted_latency_ms"] = (
                 None if None in latencies else sum(w * lat for w, lat in zip(out["weights"], latencies))  # type: ignore[operator]
             )
             run["contended"] = run["contended"] or any(t is not None and t["contended"] for t in timed)
-            ctx.log(f"  scheduler {policy}, seed {seed}: weighted latency {run['weighted_latency_ms']} ms (head to head)")
+            ctx.log(f"  scheduler {arm}, seed {seed}: weighted latency {run['weighted_latency_ms']} ms (head to head)")
     out["seeds"] = seeds
-    for policy, per_seed in runs.items():
-        out[policy] = per_seed[0]  # the first seed's run in full (trials per task, times)
-        out[f"{policy}_weighted_by_seed"] = [r["weighted_latency_ms"] for r in per_seed]
-        out[f"{policy}_runs"] = per_seed
-    g = _median_or_none(out["gradient_weighted_by_seed"])
-    r = _median_or_none(out["round_robin_weighted_by_seed"])
-    out["gradient_weighted_ms"], out["round_robin_weighted_ms"] = g, r
-    out["met"] = None if g is None or r is None else g < r
+    for arm, per_seed in runs.items():
+        out[arm] = per_seed[0]  # the first seed's run in full (trials per task, times)
+        out[f"{arm}_weighted_by_seed"] = [r["weighted_latency_ms"] for r in per_seed]
+        out[f"{arm}_runs"] = per_seed
+        out[f"{arm}_weighted_ms"] = _median_or_none(out[f"{arm}_weighted_by_seed"])
+    g, base = out["gradient_weighted_ms"], out["independent_weighted_ms"]
+    out["met"] = None if g is None or base is None else g < base
     return out
 
 
@@ -1224,36 +1247,45 @@ def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
         rows.append([f"matmul 1000³: {e['warm_trials']} trials with 1024³'s records vs {e['cold_trials']} cold",
                      shown, "met" if e["met"] else "not met"])  # fmt: skip
     if "scheduler" in ex:
-        e = ex["scheduler"]
-        g, r = e["gradient"], e["round_robin"]
-        seeds = e.get("seeds") or [result["seed"]]
-        g_total = e.get("gradient_weighted_ms", g["weighted_latency_ms"])
-        r_total = e.get("round_robin_weighted_ms", r["weighted_latency_ms"])
-        verdict = "met" if e["met"] else "not met"
-        if g_total and r_total:
-            change = g_total / r_total - 1
-            noise = ", within noise" if abs(change) < 0.03 else ""
-            verdict += f" ({change:+.1%}{noise})"
-        weights = ",".join(f"{w:g}" for w in e["weights"])
-        timed = "head-to-head timings" if e.get("verdict_on") == "head_to_head" else "re-timed finals"
-        g_split = "/".join(str(n) for n in g["trials_per_task"])
-        r_split = "/".join(str(n) for n in r["trials_per_task"])
-        if len(seeds) > 1:
-            per_seed = ", ".join(
-                f"{fmt(a)} vs {fmt(b)}" for a, b in zip(e["gradient_weighted_by_seed"], e["round_robin_weighted_by_seed"])
-            )
-            shown = (f"median of {len(seeds)} seeds: {fmt(g_total)} ms vs {fmt(r_total)} ms "
-                     f"(weighted totals of the {timed}; per seed: {per_seed})")
-            split = f"seed {seeds[0]}: "
-        else:
-            shown = f"{fmt(g_total)} ms vs {fmt(r_total)} ms (weighted totals of the {timed})"
-            split = ""
-        rows.append([f"task scheduler, weights {weights}, {e['budget']} trials: gradient ({split}{g_split} trials, "
-                     f"{g['seconds']:.0f} s) vs round-robin ({r_split}, {r['seconds']:.0f} s)",
-                     shown, verdict])  # fmt: skip
+        rows.append(scheduler_row(ex["scheduler"], result["seed"]))
     if not rows:
         return None
     return ["experiment (same run)", "best ms while tuning / latency", "goal"], rows
+
+
+def scheduler_row(e: dict[str, Any], default_seed: int) -> list[str]:
+    """The scheduler extra's row: gradient against its baseline (each workload tuned on its own;
+    round-robin over the shared budget in runs before that arm existed), round-robin beside."""
+    base = e.get("baseline", "round_robin")
+    arms = ["gradient", base] + (["round_robin"] if base != "round_robin" else [])
+    names = {"gradient": "gradient", "round_robin": "round-robin", "independent": "each on its own"}
+    seeds = e.get("seeds") or [default_seed]
+    totals = {a: e.get(f"{a}_weighted_ms", e[a]["weighted_latency_ms"]) for a in arms}
+    verdict = "met" if e["met"] else "not met"
+    if totals["gradient"] and totals[base]:
+        change = totals["gradient"] / totals[base] - 1
+        noise = ", within noise" if abs(change) < 0.03 else ""
+        verdict += f" ({change:+.1%}{noise})"
+    weights = ",".join(f"{w:g}" for w in e["weights"])
+    timed = "head-to-head timings" if e.get("verdict_on") == "head_to_head" else "re-timed finals"
+    first = f"seed {seeds[0]}: " if len(seeds) > 1 else ""
+    described = [
+        f"{names[a]} ({first if a == 'gradient' else ''}{'/'.join(str(n) for n in e[a]['trials_per_task'])} trials, "
+        f"{e[a]['seconds']:.0f} s)"
+        for a in arms
+    ]
+    label = f"task scheduler, weights {weights}, {e['budget']} trials: " + " vs ".join(described[:2])
+    if len(arms) > 2:
+        label += f"; {described[2]} beside"
+    shown = " vs ".join(f"{fmt(totals[a])}" for a in arms) + " ms"
+    if len(seeds) > 1:
+        per_seed = ", ".join(
+            " vs ".join(fmt(v) for v in vals) for vals in zip(*(e[f"{a}_weighted_by_seed"] for a in arms))
+        )
+        shown = f"median of {len(seeds)} seeds: {shown} (weighted totals of the {timed}; per seed: {per_seed})"
+    else:
+        shown += f" (weighted totals of the {timed})"
+    return [label, shown, verdict]
 
 
 def _verdict(medians: tuple[float, float] | None) -> str:
@@ -1416,20 +1448,33 @@ def extras_note(result: dict[str, Any]) -> str | None:
             )
     if "scheduler" in ex:
         e = ex["scheduler"]
-        policies = ("gradient", "round_robin")
-        contended = [p for p in policies if any(r["contended"] for r in e.get(f"{p}_runs", [e[p]]))]
+        arms = [a for a in SCHEDULER_ARMS if a in e]
+        contended = [a for a in arms if any(r["contended"] for r in e.get(f"{a}_runs", [e[a]]))]
         seeds = e.get("seeds") or []
+        timing = (
+            "sum(weight × latency), each workload's best kernels timed head to head (interleaved "
+            "in one call, pooled rounds) once every arm has tuned. "
+            if e.get("verdict_on") == "head_to_head"
+            else "sum(weight × final latency), the final kernels re-timed in this process as in the main table. "
+        )
+        if e.get("baseline") == "independent":
+            baseline = (
+                f"The baseline is {e['per_task']} trials each, every workload tuned on its own in a fresh "
+                "database with a search and cost model of its own; the shared-budget arms (gradient, "
+                "round-robin) run in one fresh database and pool, their searches sharing one cost model. "
+                "Round-robin gives equal shares (a workload whose space runs out leaves its share to the "
+                "others): gradient vs round-robin is what the policy wins, round-robin vs each on its own "
+                "what sharing the model wins."
+            )
+        else:
+            baseline = (
+                "Each policy in a fresh database with one pool. The equal-shares baseline is round-robin "
+                "over the same budget: a workload whose space runs out (softmax) leaves its share to the "
+                f"others, so they get more than {e['per_task']} each."
+            )
         parts.append(
-            "Task scheduler: each policy in a fresh database with one pool; the weighted total is "
-            + ("sum(weight × latency), each workload's two best kernels timed head to head (interleaved "
-               "in one call, pooled rounds) once both policies have tuned. "
-               if e.get("verdict_on") == "head_to_head"
-               else "sum(weight × final latency), the final kernels re-timed in this process as in the main "
-               "table. ")
-            + "The equal-shares baseline is round-robin over the same budget: a workload whose "
-            "space runs out (softmax) leaves its share to the others, so they get more than "
-            f"{e['per_task']} each."
-            + (f" Seeds {', '.join(map(str, seeds))}, the two policies alternating seed by seed; the verdict "
+            "Task scheduler: the weighted total is " + timing + baseline
+            + (f" Seeds {', '.join(map(str, seeds))}, the arms alternating seed by seed; the verdict "
                "compares the medians." if len(seeds) > 1 else "")
             + (f" Contended (> 10% others) during: {', '.join(contended)}." if contended else "")
         )
@@ -1625,6 +1670,7 @@ def _all_rows(rows: Sequence[dict[str, Any]], tune: dict[str, Any]) -> list[dict
             out += [p["warm"], p["cold"]]
     if "scheduler" in ex:
         e = ex["scheduler"]
-        for policy in ("gradient", "round_robin"):
-            out += e.get(f"{policy}_runs") or [e[policy]]
+        for arm in SCHEDULER_ARMS:
+            if arm in e:
+                out += e.get(f"{arm}_runs") or [e[arm]]
     return out

@@ -157,7 +157,7 @@ def tune_tasks(
     compare: bool = True,
 ) -> TasksOutcome:
     """Share `trials` among weighted tasks (`tuner.task_scheduler`), then check each best."""
-    from tuner.task_scheduler import ScheduledTask, SchedulerConfig, TaskScheduler
+    from tuner.task_scheduler import ScheduledTask, SchedulerConfig, TaskScheduler, scheduled_tasks
 
     if database is None:
         from service.db.store import open_database
@@ -166,10 +166,9 @@ def tune_tasks(
     target = Target.host(threads)
     canonical = target.canonical()
     name = strategy or default_strategy()
-    scheduled = []
-    for task, weight in tasks:
-        context = SearchContext(task, canonical, make_space(task, target), database)
-        scheduled.append(ScheduledTask(task, weight, make_strategy(name, context, seed)))
+    scheduled = scheduled_tasks(
+        tasks, target=canonical, database=database, space_of=lambda t: make_space(t, target), strategy=name, seed=seed
+    )
     own_runner = runner is None
     if runner is None:
         from workers.pool import LocalPool

@@ -17,7 +17,8 @@ Each proposal round:
 
 Results train the model (`observe`), which is saved to the database for the
 target. The model is warm-started from the target's stored records of this
-and other workloads. All randomness comes from one `random.Random(seed)`
+and other workloads; under the task scheduler the tasks' searches share one
+(`SearchContext.cost_model`). All randomness comes from one `random.Random(seed)`
 (and a seeded, single-threaded XGBoost), so a seeded search proposes the same
 traces in any process.
 """
@@ -101,7 +102,10 @@ class EvolutionaryStrategy:
         self.context = context
         self.config = config or EvolutionaryConfig()
         self.rng = random.Random(seed)
-        self.model = XGBCostModel(objective=self.config.objective, seed=seed, min_samples=self.config.min_samples)
+        shared = context.cost_model
+        self.model = shared if shared is not None else XGBCostModel(
+            objective=self.config.objective, seed=seed, min_samples=self.config.min_samples
+        )
         self.proposed: set[str] = set()
         self._expanded: set[str] = set()  # best traces whose structural variants were queued
         self._variants: list[Trace] = []
@@ -174,6 +178,8 @@ class EvolutionaryStrategy:
             for repaired in self._repaired(r, variants):
                 if repaired.hash not in {s.hash for s in self.seeds}:
                     self.seeds.append(repaired)
+        if self.model.samples > 0:  # a shared model another task's search already warm-started
+            return
         records = c.database.training_records(c.target)[-self.config.warm_start_records :]
         feats, lats, groups = [], [], []
         tasks: dict[str, Task | None] = {}

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from ir.errors import LoomtuneError
 from ir.task import Task
+from tuner.cost_model import XGBCostModel
 from tuner.database import Database
 from tuner.runner import MeasureResult
 from tuner.space.base import DesignSpace
@@ -35,6 +36,10 @@ class SearchContext:
     pending: frozenset[str] = frozenset()
     """Hashes of traces already waiting to be measured (a resumed job's candidates):
     not proposed again, as if measured."""
+    cost_model: XGBCostModel | None = None
+    """A cost model shared with the searches of other tasks (one task scheduler run, as
+    MetaSchedule's shares one): each task's results then teach the others' search.
+    None: a learning strategy trains its own."""
 
     def is_new(self, trace_hash: str) -> bool:
         """Neither measured for this workload and target nor pending."""

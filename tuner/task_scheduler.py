@@ -13,6 +13,11 @@ batch at a time:
   (`w_i * best_i / trials_i`, shrinking as it gets trials); with probability
   `epsilon` a random task instead, so no task starves on a bad estimate.
 A task whose space is exhausted gets nothing more.
+
+The tasks' searches share one cost model (`scheduled_tasks`), as MetaSchedule's
+task scheduler does: a matmul's results teach the dense search what a good
+GEMM tile looks like, so a task starts guided from its first batch rather
+than after its own first 16 results.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ir.task import Task
+from tuner.cost_model import XGBCostModel
 from tuner.database import Database
 from tuner.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
 from tuner.runner import Runner
-from tuner.strategy import SearchStrategy
+from tuner.space.base import DesignSpace
+from tuner.strategy import SearchContext, SearchStrategy, make_strategy
 
 POLICIES = ("gradient", "round_robin")
 
@@ -42,6 +49,24 @@ class ScheduledTask:
     @property
     def best(self) -> float | None:
         return self.run.history[-1] if self.run.history else None
+
+
+def scheduled_tasks(
+    tasks: Sequence[tuple[Task, float]],
+    *,
+    target: str,
+    database: Database,
+    space_of: Callable[[Task], DesignSpace],
+    strategy: str,
+    seed: int,
+) -> list[ScheduledTask]:
+    """The (task, weight) pairs of one scheduler run, each with its search; the searches share one cost model."""
+    model = XGBCostModel(seed=seed)
+    out = []
+    for task, weight in tasks:
+        context = SearchContext(task, target, space_of(task), database, cost_model=model)
+        out.append(ScheduledTask(task, weight, make_strategy(strategy, context, seed)))
+    return out
 
 
 @dataclass(frozen=True)

@@ -218,15 +218,15 @@ def test_report_renders_old_and_new_evo_replay(tmp_path: Path) -> None:
     assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_the_scheduler_extra_alternates_the_policies_over_seeds_and_judges_the_medians(tmp_path: Path) -> None:
+def test_the_scheduler_extra_alternates_the_arms_over_seeds_and_judges_the_medians(tmp_path: Path) -> None:
     code = main(["tune", "--quick", "--no-main", "--extras", "scheduler", "--seeds", "2", "--out", str(tmp_path)])
     assert code == 0
     (path,) = tmp_path.glob("tune_extras-*.json")
     result = json.loads(path.read_text(encoding="utf-8"))
     e = result["tune"]["extras"]["scheduler"]
     assert e["seeds"] == [0, 1] and e["budget"] == 4 * len(tune.QUICK_SUITE)
-    assert e["verdict_on"] == "head_to_head"
-    for policy in ("gradient", "round_robin"):
+    assert e["verdict_on"] == "head_to_head" and e["baseline"] == "independent"
+    for policy in ("gradient", "round_robin", "independent"):
         runs = e[f"{policy}_runs"]
         assert [r["seed"] for r in runs] == [0, 1] and e[policy] == runs[0]
         for r in runs:  # each workload's latency from the head-to-head call, numpy beside it
@@ -236,13 +236,16 @@ def test_the_scheduler_extra_alternates_the_policies_over_seeds_and_judges_the_m
                 sum(w.weight * x for w, x in zip(tune.QUICK_SUITE, r["latency_ms"]))
             )
         assert all(sum(r["trials_per_task"]) == e["budget"] for r in runs)
+        if policy == "independent":  # 4 trials each, every workload on its own
+            assert all(r["trials_per_task"] == [4] * len(tune.QUICK_SUITE) for r in runs)
         totals = e[f"{policy}_weighted_by_seed"]
         assert totals == [r["weighted_latency_ms"] for r in runs] and all(t > 0 for t in totals)
         assert e[f"{policy}_weighted_ms"] == pytest.approx(sum(totals) / 2)  # the median of two
-    assert e["met"] == (e["gradient_weighted_ms"] < e["round_robin_weighted_ms"])
+    assert e["met"] == (e["gradient_weighted_ms"] < e["independent_weighted_ms"])
     _, rows = tune.extras_table(result)
     (row,) = rows
     assert "median of 2 seeds" in row[1] and "head-to-head timings" in row[1]
+    assert "vs each on its own" in row[0] and "round-robin" in row[0]
     assert row[2].startswith("met" if e["met"] else "not met")
     assert "alternating seed by seed" in (tune.extras_note(result) or "")
 

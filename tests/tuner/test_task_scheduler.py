@@ -9,7 +9,13 @@ from tuner.database import InMemoryDatabase
 from tuner.simulated import SimulatedRunner
 from tuner.space.simple import SimpleSpace
 from tuner.strategy import SearchContext, make_strategy
-from tuner.task_scheduler import ScheduledTask, SchedulerConfig, TaskScheduler, weighted_latency
+from tuner.task_scheduler import (
+    ScheduledTask,
+    SchedulerConfig,
+    TaskScheduler,
+    scheduled_tasks,
+    weighted_latency,
+)
 
 SPECS = [
     ("matmul", {"m": 96, "n": 80, "k": 48}, 1.0),
@@ -64,3 +70,24 @@ def test_gradient_spends_where_weighted_latency_drops() -> None:
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="policy"):
         SchedulerConfig(policy="lottery")
+
+
+def test_the_tasks_searches_share_one_cost_model_trained_on_every_task() -> None:
+    db = InMemoryDatabase()
+    tasks = scheduled_tasks(
+        [(library_task(op, params), weight) for op, params, weight in SPECS],
+        target="sim", database=db, space_of=lambda t: SimpleSpace(t.program), strategy="evolutionary", seed=0,
+    )  # fmt: skip
+    model = tasks[0].strategy.model  # type: ignore[attr-defined]
+    assert all(t.strategy.model is model for t in tasks)  # type: ignore[attr-defined]
+    scored_by_trained_model: list[bool] = []
+    predict = model.predict
+    model.predict = lambda features: (scored_by_trained_model.append(model.trained), predict(features))[1]
+    scheduler = TaskScheduler(tasks, target="sim", runner=SimulatedRunner(), database=db,
+                              config=SchedulerConfig(policy="round_robin", batch_size=8))  # fmt: skip
+    scheduler.run(40)
+    assert model.trained and model.samples == 40
+    assert set(model.groups) == {t.task.key for t in tasks}
+    # Each task has 8 or 16 results of its own, fewer than the 16 a model of its own needs before
+    # its scores count: the third task's first batch was picked by the model the others trained.
+    assert any(scored_by_trained_model)
