@@ -18,7 +18,9 @@ Each proposal round:
 Results train the model (`observe`), which is saved to the database for the
 target. The model is warm-started from the target's stored records of this
 and other workloads; under the task scheduler the tasks' searches share one
-(`SearchContext.cost_model`). All randomness comes from one `random.Random(seed)`
+(`SearchContext.cost_model`). The other shapes' bests are looked up again
+before each batch: tuned beside this one (by the scheduler, or by another job
+on the database), they improve during the run. All randomness comes from one `random.Random(seed)`
 (and a seeded, single-threaded XGBoost), so a seeded search proposes the same
 traces in any process.
 """
@@ -114,13 +116,18 @@ class EvolutionaryStrategy:
         self.pool = SearchPool(context.space, context.task.program, self.config.processes)
         self._warm_start()
 
+    def _other_bests(self) -> list[TuningRecord]:
+        """The best record of each other shape of the operator on the target, nearest shape first."""
+        c = self.context
+        others = c.database.best_of_op(c.task.op, c.target, exclude_workload_key=c.task.key, limit=self.config.other_shapes)
+        return sorted(others, key=lambda r: shape_distance(r.params, c.task.params))
+
     def _other_shapes(self) -> list[tuple[TuningRecord, bool]]:
         """What a new shape starts from, each with whether its structural variants come too:
         the best record of each other shape of the operator, nearest shape first, then the
         runner-ups of the nearest one (without variants)."""
         c = self.context
-        others = c.database.best_of_op(c.task.op, c.target, exclude_workload_key=c.task.key, limit=self.config.other_shapes)
-        others.sort(key=lambda r: shape_distance(r.params, c.task.params))
+        others = self._other_bests()
         picked = [(r, True) for r in others]
         if others and self.config.runner_ups > 0:
             nearest = others[0]
@@ -128,6 +135,27 @@ class EvolutionaryStrategy:
                 if r.record_id != nearest.record_id:
                     picked.append((r, False))
         return picked
+
+    def _add_seeds(self, sources: Sequence[tuple[TuningRecord, bool]]) -> None:
+        for r, variants in sources:
+            if r.record_id in self._seed_sources:
+                continue
+            self._seed_sources.add(r.record_id)
+            known = {s.hash for s in self.seeds}
+            for repaired in self._repaired(r, variants):
+                if repaired.hash not in known:
+                    known.add(repaired.hash)
+                    self.seeds.append(repaired)
+
+    def _refresh_seeds(self) -> None:
+        """Other shapes' bests that appeared since the last batch join the seeds.
+
+        Other shapes are tuned beside this one under the task scheduler (the layers of one
+        model often share an operator: matmul 512³ and 1024³ in the benchmark suite) and in
+        concurrent jobs on one database, so their best keeps improving during this run;
+        each new best is repaired once, with its structural variants.
+        """
+        self._add_seeds([(r, True) for r in self._other_bests()])
 
     def _repaired(self, record: TuningRecord, variants: bool = True) -> list[Trace]:
         """Another shape's trace made to fit this program, and its structural variants.
@@ -174,10 +202,8 @@ class EvolutionaryStrategy:
         # parameters, re-derived here (stale tile sizes repaired), each followed
         # by its structural variants.
         self.seeds: list[Trace] = []
-        for r, variants in self._other_shapes():
-            for repaired in self._repaired(r, variants):
-                if repaired.hash not in {s.hash for s in self.seeds}:
-                    self.seeds.append(repaired)
+        self._seed_sources: set[str] = set()
+        self._add_seeds(self._other_shapes())
         if self.model.samples > 0:  # a shared model another task's search already warm-started
             return
         records = c.database.training_records(c.target)[-self.config.warm_start_records :]
@@ -241,6 +267,7 @@ class EvolutionaryStrategy:
         return self.rng.choices(list(population), weights=weights, k=1)[0]
 
     def propose(self, n: int) -> list[Trace]:
+        self._refresh_seeds()
         if not self.model.trained and not self.measured:
             # Nothing to evolve from and an untrained model's scores are random:
             # evolving would only shuffle random samples. Measure fresh ones.

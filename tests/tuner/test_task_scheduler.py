@@ -91,3 +91,33 @@ def test_the_tasks_searches_share_one_cost_model_trained_on_every_task() -> None
     # Each task has 8 or 16 results of its own, fewer than the 16 a model of its own needs before
     # its scores count: the third task's first batch was picked by the model the others trained.
     assert any(scored_by_trained_model)
+
+
+def test_a_shape_tuned_beside_another_of_its_operator_starts_from_the_others_best() -> None:
+    """Reuse across shapes inside one scheduler run: the database is empty when the searches
+    are made, so the second matmul can only start from the first one's best if it looks
+    again before each batch; every best the first one had when the second proposed is
+    repaired into the second's seeds, and the first such seed is measured."""
+    from codegen.target import Target
+    from tuner.space import default_space
+
+    target = Target.host(1)
+    db = InMemoryDatabase()
+    first, second = (library_task("matmul", p) for p in ({"m": 128, "n": 128, "k": 128}, {"m": 120, "n": 128, "k": 136}))
+    tasks = scheduled_tasks(
+        [(first, 1.0), (second, 1.0)], target=target.canonical(), database=db,
+        space_of=lambda t: default_space(t.program, target), strategy="evolutionary", seed=0,
+    )  # fmt: skip
+    strategy = tasks[1].strategy
+    assert strategy.seeds == []  # type: ignore[attr-defined]
+    bests_seen: list[str] = []
+    propose = strategy.propose
+    strategy.propose = lambda n: (bests_seen.append(db.best(first.key, target.canonical()).record_id), propose(n))[1]  # type: ignore[method-assign,union-attr]
+    scheduler = TaskScheduler(tasks, target=target.canonical(), runner=SimulatedRunner(), database=db,
+                              config=SchedulerConfig(policy="round_robin", batch_size=8))  # fmt: skip
+    scheduler.run(48)
+    assert len(bests_seen) == 3
+    assert set(bests_seen) <= strategy._seed_sources  # type: ignore[attr-defined]
+    seeds = strategy.seeds  # type: ignore[attr-defined]
+    assert len(seeds) >= 2
+    assert db.has_measured(second.key, target.canonical(), seeds[0].hash)
