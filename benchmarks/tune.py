@@ -759,8 +759,9 @@ def scheduler(
     """One shared budget (gradient policy) vs 128 trials each (each workload tuned on its own), weighted latency.
 
     Round-robin over the shared budget is the third arm: equal shares, but the
-    searches share one cost model and database as the gradient policy's do, so
-    it separates what the policy wins from what sharing the model wins.
+    searches share one cost model and database as the gradient policy's do (and
+    so each other's bests between shapes of one operator), so it separates what
+    the policy wins from what the sharing wins.
     After all arms have tuned with a seed, each workload's best kernels are
     timed head to head, interleaved in one call (`time_kernels`): the latencies that
     are summed are measured side by side, so a slow spell of the machine between
@@ -1461,10 +1462,11 @@ def extras_note(result: dict[str, Any]) -> str | None:
             baseline = (
                 f"The baseline is {e['per_task']} trials each, every workload tuned on its own in a fresh "
                 "database with a search and cost model of its own; the shared-budget arms (gradient, "
-                "round-robin) run in one fresh database and pool, their searches sharing one cost model. "
+                "round-robin) run in one fresh database and pool, their searches sharing one cost model "
+                "and, between shapes of one operator (matmul 512³ and 1024³), each other's bests as seeds. "
                 "Round-robin gives equal shares (a workload whose space runs out leaves its share to the "
                 "others): gradient vs round-robin is what the policy wins, round-robin vs each on its own "
-                "what sharing the model wins."
+                "what sharing the model and the bests wins."
             )
         else:
             baseline = (
