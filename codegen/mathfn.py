@@ -100,11 +100,15 @@ def _exp_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:
     z = b.fmul(r, r)
     y = _poly(f, r, _EXP_P)
     y = b.fadd(b.fadd(b.fmul(y, z, flags=_CONTRACT), r), _const(t, 1.0))
-    n = b.fptosi(fx, i32)
-    bits = b.shl(b.add(n, _const(i32, 127)), _const(i32, 23))
+    # 2^n from the bits of fx + 1.5·2^23, whose low mantissa bits hold the integer fx
+    # (|fx| <= 128), rather than fptosi: fptosi of NaN is poison in LLVM, so it needed a
+    # select to give NaN back, two more vector instructions on every exp (vcmpunordps and
+    # vblendvps, 2 µops each on AVX2 Zen). This way a NaN input stays NaN through the
+    # ordered clamp, the polynomial and the product, with no select.
+    n_bits = b.bitcast(b.fadd(fx, _const(t, 12582912.0)), i32)
+    bits = b.shl(b.add(n_bits, _const(i32, 127)), _const(i32, 23))
     result = b.fmul(y, b.bitcast(bits, t))
-    result = b.select(b.fcmp_ordered(">", x0, _const(t, 88.72283935546875)), _const(t, float("inf")), result)
-    return b.select(b.fcmp_unordered("uno", x0, x0), x0, result)
+    return b.select(b.fcmp_ordered(">", x0, _const(t, 88.72283935546875)), _const(t, float("inf")), result)
 
 
 def _tanh_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:
@@ -113,5 +117,4 @@ def _tanh_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:
     x2 = b.fmul(x, x)
     p = b.fmul(_poly(f, x2, _TANH_P), x)
     q = _poly(f, x2, _TANH_Q)
-    result = b.fdiv(p, q)
-    return b.select(b.fcmp_unordered("uno", x0, x0), x0, result)
+    return b.fdiv(p, q)  # NaN stays NaN through the ordered clamp: no select
