@@ -20,9 +20,9 @@ target. The model is warm-started from the target's stored records of this
 and other workloads; under the task scheduler the tasks' searches share one
 (`SearchContext.cost_model`). The other shapes' bests are looked up again
 before each batch: tuned beside this one (by the scheduler, or by another job
-on the database), they improve during the run. All randomness comes from one `random.Random(seed)`
-(and a seeded, single-threaded XGBoost), so a seeded search proposes the same
-traces in any process.
+on the database), they improve during the run. All randomness comes from one
+`random.Random(seed)` (and a seeded, single-threaded XGBoost), so a seeded
+search proposes the same traces in any process.
 """
 
 from __future__ import annotations
@@ -137,11 +137,12 @@ class EvolutionaryStrategy:
         return picked
 
     def _add_seeds(self, sources: Sequence[tuple[TuningRecord, bool]]) -> None:
+        """Each source record not used before, repaired to this shape, joins the seeds."""
+        known = {s.hash for s in self.seeds}
         for r, variants in sources:
             if r.record_id in self._seed_sources:
                 continue
             self._seed_sources.add(r.record_id)
-            known = {s.hash for s in self.seeds}
             for repaired in self._repaired(r, variants):
                 if repaired.hash not in known:
                     known.add(repaired.hash)
