@@ -333,7 +333,8 @@ class EvolutionaryStrategy:
         few, and where those lie far from the good region (batch_matmul, softmax) the early
         batches stall around them while random samples keep finding better ones. Measured
         at 64 trials on a Zen 4 VM, 6 workloads x 6 seeds, against replay on the same seeds:
-        -2.5% (s.e. 0.65%) with half reserved, -1.2% (0.72%) without.
+        -2.5% (s.e. 0.65%) with half reserved, -1.2% (0.72%) without; the benchmark run
+        after it (5 seeds) saw only -0.5% (0.89%): that VM's speed drifted by up to 30%.
         """
         cfg = self.config
         if self.model.samples >= cfg.early_samples:
