@@ -47,6 +47,7 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     assert row["candidates_per_s"] == pytest.approx(4 / row["loop_s"])
     assert row["best_trace"] and "def " in row["best_trace"]
     assert row["best_trace_json"]["instructions"]
+    assert list(row["best_trace_json_at"]) == ["4"] and row["best_trace_json_at"]["4"]["instructions"]
 
     # The ratios come from one interleaved timing: same repeats, same medians.
     k, n = row["loomtune"], row["numpy"]
@@ -117,10 +118,20 @@ def test_evo_replay_alone_runs_every_workload_with_the_median_over_seeds(tmp_pat
         assert e["evolutionary_ms"] == pytest.approx(sum(evo) / 2)
         c = e["checkpoints"]["2"]
         assert (c["evolutionary_ms"], c["replay_ms"]) == (e["evolutionary_ms"], e["replay_ms"])
+        # each seed's two best kernels after 2 trials, timed head to head
+        assert e["verdict_on"] == "head_to_head" and len(c["head_to_head"]) == 2
+        for duel, ratio in zip(c["head_to_head"], c["replay_over_evolutionary_by_seed"]):
+            assert duel is not None
+            if duel.get("same_kernel"):
+                assert ratio == 1.0
+            else:
+                assert ratio == pytest.approx(duel["replay_ms"] / duel["evolutionary_ms"])
+        assert c["replay_over_evolutionary"] == pytest.approx(sum(c["replay_over_evolutionary_by_seed"]) / 2)
+        assert c["evolutionary_ahead_head_to_head"] == (c["replay_over_evolutionary"] > 1)
 
-    # The summary counts agree with the per-workload medians.
+    # The summary counts agree with the per-workload head-to-head medians.
     assert list(summary["ahead_at"]) == ["2"]
-    ahead = [e["workload"] for e in entries if e["evolutionary_ms"] < e["replay_ms"]]
+    ahead = [e["workload"] for e in entries if e["checkpoints"]["2"]["replay_over_evolutionary"] > 1]
     assert summary["ahead_at"]["2"] == {
         "ahead": len(ahead), "of": 2, "unknown": 0, "workloads_ahead": ahead,
     }  # fmt: skip
@@ -168,6 +179,46 @@ def test_evo_replay_summary_and_goal_over_the_six_workloads() -> None:
         "6 of 6 workloads at 64 trials / 4 of 6 workloads at 256 trials",
         "≥ 5 of 6: met at 64, not met at 256",
     ]
+
+
+def test_evo_replay_is_judged_head_to_head_when_the_result_has_it() -> None:
+    names = [w.name for w in tune.SUITE]
+    # While tuning the evolutionary medians are behind everywhere; head to head its
+    # kernels are faster on five workloads after 64 trials and on none after 256.
+    entries = [_entry(name, 256, {64: 2.0, 256: 1.0}, {64: 1.9, 256: 0.9}) for name in names]
+    for i, e in enumerate(entries):
+        e["verdict_on"] = "head_to_head"
+        e["checkpoints"]["64"]["replay_over_evolutionary"] = 1.02 if i < 5 else 0.99
+        e["checkpoints"]["256"]["replay_over_evolutionary"] = 1.0  # a tie is not ahead
+    ahead = tune.evo_replay_ahead(entries)
+    assert {n: a["ahead"] for n, a in ahead.items()} == {"64": 5, "256": 0}
+    rows = tune.evo_replay_rows({"evo_replay": {"workloads": entries, "seeds": [0, 1, 2]}}, 0)
+    assert rows[0][1] == "1 ms vs 0.9 ms; head to head replay / evolutionary 1.000"
+    assert rows[0][2] == "replay ahead or tie"
+    assert rows[1][1].endswith("head to head replay / evolutionary 1.020") and rows[1][2] == "evolutionary ahead"
+    assert rows[-1][2] == "≥ 5 of 6: met at 64, not met at 256"
+    note = tune.extras_note({"tune": {"extras": {"evo_replay": {"workloads": entries}}}})
+    assert note is not None and "median over the seeds of replay / evolutionary" in note
+
+
+def test_duel_at_times_each_runs_best_after_n_trials(tmp_path: Path) -> None:
+    import random
+
+    from codegen.target import Target
+    from tuner.space import default_space
+
+    task = library_task("matmul", {"m": 32, "n": 48, "k": 16})
+    target = Target.host(1)
+    space = default_space(task.program, target)
+    a, b = (space.sample(random.Random(s)).to_json() for s in (1, 2))
+    ctx = tune.Context(folder=tmp_path, seed=0, quiet_wait_s=0, measure=MeasureConfig(warmup=1, number=2, repeat=3),
+                       log=lambda _: None)  # fmt: skip
+    evo = {"best_trace_json_at": {"16": a, "32": b}, "target": target.canonical()}
+    rep = {"best_trace_json_at": {"16": a, "32": a}, "target": target.canonical()}
+    assert tune.duel_at(ctx, task, {"evolutionary": evo, "replay": rep}, 16) == {"same_kernel": True}
+    duel = tune.duel_at(ctx, task, {"evolutionary": evo, "replay": rep}, 32)
+    assert duel is not None and all(duel[k] > 0 for k in ("evolutionary_ms", "replay_ms", "numpy_ms"))
+    assert tune.duel_at(ctx, task, {"evolutionary": evo, "replay": {**rep, "best_trace_json_at": {}}}, 32) is None
 
 
 def _old_style(result: dict, *, bare: bool) -> dict:

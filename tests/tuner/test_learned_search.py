@@ -248,11 +248,12 @@ def test_the_search_proposes_the_same_traces_in_one_process_or_several() -> None
 
 def test_a_fresh_search_samples_its_first_batch_and_evolves_once_it_has_results() -> None:
     """With nothing measured and an untrained model, evolution would rank by random scores."""
+    from tuner.evolutionary import EvolutionaryConfig
     from tuner.search_pool import Job
 
     task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
     ctx = SearchContext(task, TARGET, SimpleSpace(task.program), InMemoryDatabase())
-    strategy = EvolutionaryStrategy(ctx, 2)
+    strategy = EvolutionaryStrategy(ctx, 2, EvolutionaryConfig(early_samples=16))  # no early batches
     jobs: list[list[Job]] = []
     make = strategy.pool.children
     strategy.pool.children = lambda batch: (jobs.append(list(batch)), make(batch))[1]  # type: ignore[method-assign]
@@ -295,35 +296,40 @@ def test_the_best_trace_has_its_structural_variants_measured_once() -> None:
     assert not {t.hash for t in flipped} & {t.hash for t in third}  # measured once
 
 
-def test_early_batches_keep_half_for_the_models_top_fresh_samples() -> None:
-    """A model trained on a batch or two would fill a batch with mutants of the first
-    batch's best; until it has `early_samples` results, half a batch is fresh samples."""
+def test_early_batches_are_the_models_top_picks_among_many_fresh_samples() -> None:
+    """Until the model has `early_samples` results a batch is `early_batch` traces, the
+    model's best-scored among `early_pool` fresh samples (no mutants); then full batches."""
     from tuner.evolutionary import EvolutionaryConfig
 
     task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
     runner = SimulatedRunner()
+    ctx = SearchContext(task, TARGET, SimpleSpace(task.program), InMemoryDatabase())
+    config = EvolutionaryConfig(early_batch=6, early_pool=40, early_samples=28, best_variants=0)
+    strategy = EvolutionaryStrategy(ctx, 3, config)
+    made: list[list] = []
+    make = strategy.pool.children
 
-    def second_batch(early_fresh: float) -> tuple[int, EvolutionaryStrategy]:
-        ctx = SearchContext(task, TARGET, SimpleSpace(task.program), InMemoryDatabase())
-        strategy = EvolutionaryStrategy(ctx, 3, EvolutionaryConfig(early_fresh=early_fresh, early_samples=32))
-        fresh: set[str] = set()
-        make = strategy.pool.children
+    def children(batch):  # type: ignore[no-untyped-def]
+        made.append(list(batch))
+        return make(batch)
 
-        def children(batch):  # type: ignore[no-untyped-def]
-            made = make(batch)
-            fresh.update(t.hash for (t, _), job in zip(made, batch) if t is not None and job.parent is None)
-            return made
-
-        strategy.pool.children = children  # type: ignore[method-assign]
-        first = strategy.propose(16)
-        strategy.observe(first, [runner.measure(task, t) for t in first])
-        second = strategy.propose(16)
-        strategy.observe(second, [runner.measure(task, t) for t in second])
-        return sum(t.hash in fresh for t in second), strategy
-
-    reserved, strategy = second_batch(0.5)
-    unreserved, _ = second_batch(0.0)
-    assert reserved >= 8 + 2 > unreserved  # the reserved half and the epsilon share
-    # with 32 results the model is past `early_samples`: nothing is reserved any more
-    candidates = [strategy.context.space.sample(random.Random(i)) for i in range(4)]
-    assert strategy.model.samples == 32 and strategy._early_fresh(candidates, 16, 16) == []
+    strategy.pool.children = children  # type: ignore[method-assign]
+    first = strategy.propose(16)
+    assert len(first) == 16  # nothing to learn from yet: random samples
+    strategy.observe(first, [runner.measure(task, t) for t in first])
+    while strategy.model.samples < config.early_samples:
+        made.clear()
+        batch = strategy.propose(16)
+        assert len(batch) == 6
+        assert all(job.parent is None for jobs in made for job in jobs)  # fresh samples only
+        pool = [t for t, _ in make(made[0])]  # the same seeds make the same samples
+        assert len(made[0]) == 40
+        new = [t for t in pool if t is not None]
+        scores = dict(zip((t.hash for t in new), strategy._score(new)))
+        picked = sorted(scores[t.hash] for t in batch)
+        assert picked[0] >= sorted(v for h, v in scores.items() if h not in strategy.measured)[-6]
+        strategy.observe(batch, [runner.measure(task, t) for t in batch])
+        first += batch
+    made.clear()
+    assert len(strategy.propose(16)) == 16
+    assert any(job.parent is not None for jobs in made for job in jobs)  # evolving now
