@@ -15,9 +15,9 @@ Each proposal round:
    trace's structural variants, so a run does not stall on one side of a
    choice such as packing.
 
-While the model has seen fewer than `early_samples` results there is no
-evolution: smaller batches of its top picks among many fresh samples
-(`_propose_early`).
+While there are fewer than `early_samples` results of the workload (and no
+other shape's best to start from) there is no evolution: smaller batches of
+the model's top picks among many fresh samples (`_propose_early`).
 
 Results train the model (`observe`), which is saved to the database for the
 target. The model is warm-started from the target's stored records of this
@@ -72,7 +72,8 @@ class EvolutionaryConfig:
         early_batch: most traces per batch while the model has seen fewer than
             `early_samples` results (`_propose_early`).
         early_pool: fresh samples the model picks an early batch from.
-        early_samples: results after which the search evolves full batches.
+        early_samples: results of this workload (stored or measured by this search) after
+            which it evolves full batches; a search seeded from other shapes evolves at once.
         processes: processes that make and featurize children
             (`tuner.search_pool`; default: the usable cores).
     """
@@ -125,6 +126,9 @@ class EvolutionaryStrategy:
         self.measured: dict[str, tuple[Trace, float]] = {}  # hash -> (trace, latency) of ok results
         self._features: dict[str, np.ndarray | None] = {}
         self.pool = SearchPool(context.space, context.task.program, self.config.processes)
+        # Results of this workload known (stored, then observed): the early batches last
+        # until there are `early_samples`, however many a shared model has of other tasks.
+        self._own_results = len(context.database.top_k(context.task.key, context.target, self.config.early_samples))
         self._warm_start()
 
     def _other_bests(self) -> list[TuningRecord]:
@@ -285,7 +289,7 @@ class EvolutionaryStrategy:
             # evolving would only shuffle random samples. Measure fresh ones.
             return self._fresh(self._seeds_first(n, n), n)
         cfg = self.config
-        if self.model.trained and self.model.samples < cfg.early_samples:
+        if self.model.trained and self._own_results < cfg.early_samples and not self.seeds:
             return self._propose_early(min(n, cfg.early_batch))
         seen: dict[str, Trace] = {}
 
@@ -329,9 +333,12 @@ class EvolutionaryStrategy:
         return self._fresh(out, n)
 
     def _propose_early(self, n: int) -> list[Trace]:
-        """A batch of n while the model has seen a batch or three: the seeds and the best's
-        variants first, then the model's top picks among `early_pool` fresh samples; no
-        evolution yet.
+        """A batch of n while there are fewer than `early_samples` results of this workload
+        and no other shape's best to start from: the best's variants first, then the model's
+        top picks among `early_pool` fresh samples; no evolution yet.
+
+        The count is this workload's, not the model's: under the task scheduler the tasks
+        share one model, which has its 64 results after the first few tasks' first batches.
 
         Trained on 16-48 results the model's top picks overall are nearly all mutants of the
         first batch's best few, and where those lie far from the good region the early
@@ -343,8 +350,7 @@ class EvolutionaryStrategy:
         sample than 64 random ones; batches of 16 from 48 fresh samples gained half as much.
         """
         cfg = self.config
-        out = self._seeds_first(n, n)
-        out += self._variants_of_best(min(cfg.best_variants, n - len(out)))
+        out = self._variants_of_best(min(cfg.best_variants, n))
         pool = {t.hash: t for t in self._children([None] * cfg.early_pool) if self._feature(t) is not None}
         candidates = list(pool.values())
         scores = self._score(candidates)
@@ -405,6 +411,7 @@ class EvolutionaryStrategy:
     # -- learning ----------------------------------------------------------------------
 
     def observe(self, traces: Sequence[Trace], results: Sequence[MeasureResult]) -> None:
+        self._own_results += len(results)
         feats, lats = [], []
         for t, r in zip(traces, results):
             if r.ok and r.median_ms is not None:

@@ -17,7 +17,7 @@ from tuner.cost_model import CostModelError, XGBCostModel, normalised_throughput
 from tuner.database import InMemoryDatabase
 from tuner.evolutionary import EvolutionaryStrategy, shape_distance
 from tuner.features import FEATURE_NAMES, FEATURES, STORE_FEATURE_NAMES, program_features
-from tuner.loop import tune_loop
+from tuner.loop import make_record, tune_loop
 from tuner.simulated import SimulatedRunner
 from tuner.space.simple import SimpleSpace
 from tuner.strategy import SearchContext, default_strategy, make_strategy
@@ -144,7 +144,7 @@ _SCRIPT = """
 import json
 from ir.task import library_task
 from tuner.database import InMemoryDatabase
-from tuner.loop import tune_loop
+from tuner.loop import make_record, tune_loop
 from tuner.simulated import SimulatedRunner
 from tuner.space.simple import SimpleSpace
 from tuner.strategy import SearchContext, make_strategy
@@ -244,6 +244,40 @@ def test_the_search_proposes_the_same_traces_in_one_process_or_several() -> None
         proposals.append([t.hash for t in first + strategy.propose(8)])
     assert len(search_pool._HELPERS) == 3 and all(h.alive() for h in search_pool._HELPERS)  # they ran
     assert proposals[0] == proposals[1] and len(set(proposals[0])) == 16
+
+
+def test_early_batches_count_this_workloads_results_not_the_shared_models() -> None:
+    """Under the task scheduler the model another task trained has its 64 results long before
+    a new task has any: the new task still starts with early batches. A task with another
+    shape's best to start from evolves at once."""
+    from tuner.evolutionary import EvolutionaryConfig
+
+    runner = SimulatedRunner()
+    db = InMemoryDatabase()
+    other = library_task("softmax", {"m": 64, "n": 96})
+    first = EvolutionaryStrategy(SearchContext(other, TARGET, SimpleSpace(other.program), db), 1)
+    while first.model.samples < 40:
+        batch = first.propose(16)
+        results = [runner.measure(other, t) for t in batch]
+        for t, r in zip(batch, results):
+            db.commit_record(make_record(other, TARGET, t, r))
+        first.observe(batch, results)
+    config = EvolutionaryConfig(early_samples=32)
+    assert first.model.samples >= config.early_samples
+
+    def proposes(task: object) -> tuple[int, bool]:
+        ctx = SearchContext(task, TARGET, SimpleSpace(task.program), db, cost_model=first.model)  # type: ignore[attr-defined]
+        strategy = EvolutionaryStrategy(ctx, 2, config)
+        jobs: list = []
+        make = strategy.pool.children
+        strategy.pool.children = lambda batch: (jobs.extend(batch), make(batch))[1]  # type: ignore[method-assign]
+        batch = strategy.propose(16)
+        return len(batch), any(j.parent is not None for j in jobs)
+
+    assert proposes(library_task("matmul", {"m": 96, "n": 80, "k": 48})) == (8, False)  # early: fresh picks
+    # another softmax shape starts from the first one's best: it evolves
+    size, mutated = proposes(library_task("softmax", {"m": 64, "n": 128}))
+    assert size == 16 and mutated
 
 
 def test_a_fresh_search_samples_its_first_batch_and_evolves_once_it_has_results() -> None:
