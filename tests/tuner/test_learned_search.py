@@ -194,7 +194,9 @@ def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
     # measurements)
     per_flop = seen_run.history[-1] / seen.flops
     assert warm_run.history[-1] <= 1.1 * per_flop * new.flops
-    assert warm_run.history[-1] <= seen_run.history[7] * new.flops / seen.flops
+    # and as good per FLOP as the other shape's first 8 trials, give or take what the
+    # repair of 128's tiles to 120 and 136 costs (0.3% under the simulator with seed 0)
+    assert warm_run.history[-1] <= 1.01 * seen_run.history[7] * new.flops / seen.flops
 
 
 def test_shapes_nearest_first_and_the_nearest_ones_runner_ups() -> None:
