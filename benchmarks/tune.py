@@ -338,16 +338,17 @@ def tune_one(
     statuses: dict[str, int] = {}
     marks = set(checkpoints(trials))
     best_at: dict[str, dict[str, Any] | None] = {}  # checkpoint -> the best trace by then (JSON)
-    best_now: list[Any] = [None]
+    best_now: Any = None
     start = time.perf_counter()
 
     def on_trial(trial: Any) -> None:
+        nonlocal best_now
         trial_times.append(time.perf_counter() - start)
         statuses[trial.result.status] = statuses.get(trial.result.status, 0) + 1
         if trial.result.ok and trial.best_ms == trial.result.median_ms:
-            best_now[0] = trial.trace
+            best_now = trial.trace
         if trial.index in marks:
-            best_at[str(trial.index)] = best_now[0].to_json() if best_now[0] is not None else None
+            best_at[str(trial.index)] = best_now.to_json() if best_now is not None else None
 
     if ctx.quiet_wait_s > 0:
         harness.wait_until_quiet(ctx.quiet_wait_s)
@@ -367,7 +368,7 @@ def tune_one(
     finally:
         pool.close()
     for m in marks - {int(k) for k in best_at}:  # the run ended sooner: its last best stands
-        best_at[str(m)] = best_now[0].to_json() if best_now[0] is not None else None
+        best_at[str(m)] = best_now.to_json() if best_now is not None else None
     after = harness.cpu_snapshot()
     if after is not None:
         after = _add_own(after, helped + searched)
@@ -732,36 +733,36 @@ def head_to_head(ctx: Context, task: Task, rows: dict[str, dict[str, Any]]) -> d
     """The best kernels of several runs, compiled from their traces, verified, and timed
     interleaved in one call (with numpy for scale): the fair comparison of what each run
     found. None when a run found no correct kernel."""
+    if any(not row.get("best_trace_json") for row in rows.values()):
+        return None
+    return time_kernels(ctx, task, _compile_traces(task, {k: r["best_trace_json"] for k, r in rows.items()}, rows))
+
+
+def _compile_traces(
+    task: Task, traces: Mapping[str, dict[str, Any]], rows: Mapping[str, dict[str, Any]]
+) -> dict[str, Kernel | None]:
+    """Each run's trace (JSON) applied to `task` and compiled for that run's target."""
     from codegen.kernel import compile_program
     from tuner.trace.trace import Trace
 
-    kernels: dict[str, Kernel | None] = {}
-    for name, row in rows.items():
-        if not row.get("best_trace_json"):
-            return None
-        program = Trace.from_json(row["best_trace_json"]).apply(task.program).program
-        kernels[name] = compile_program(program, Target.parse(row["target"]))
-    return time_kernels(ctx, task, kernels)
+    return {
+        name: compile_program(Trace.from_json(t).apply(task.program).program, Target.parse(rows[name]["target"]))
+        for name, t in traces.items()
+    }
 
 
 def duel_at(ctx: Context, task: Task, rows: Mapping[str, dict[str, Any]], n: int) -> dict[str, Any] | None:
     """The kernels that were each run's best after `n` trials (`best_trace_json_at`), timed
     interleaved in one call (`time_kernels`); one kernel found by both is not timed
     against itself. None when a run had no correct kernel by then."""
-    from codegen.kernel import compile_program
     from tuner.trace.trace import Trace
 
     traces = {name: (row.get("best_trace_json_at") or {}).get(str(n)) for name, row in rows.items()}
     if any(t is None for t in traces.values()):
         return None
-    parsed = {name: Trace.from_json(t) for name, t in traces.items()}
-    if len({t.hash for t in parsed.values()}) == 1:
+    if len({Trace.from_json(t).hash for t in traces.values()}) == 1:
         return {"same_kernel": True}
-    kernels = {
-        name: compile_program(t.apply(task.program).program, Target.parse(rows[name]["target"]))
-        for name, t in parsed.items()
-    }
-    return time_kernels(ctx, task, kernels)
+    return time_kernels(ctx, task, _compile_traces(task, traces, rows))  # type: ignore[arg-type]
 
 
 def time_kernels(ctx: Context, task: Task, kernels: Mapping[str, Kernel | None]) -> dict[str, Any] | None:

@@ -69,7 +69,7 @@ class EvolutionaryConfig:
             that join them: the best there is not always the best here.
         best_variants: most traces per batch that are the best measured trace with
             one structural choice changed (`_variants_of_best`).
-        early_batch: most traces per batch while the model has seen fewer than
+        early_batch: most traces per batch while the workload has fewer than
             `early_samples` results (`_propose_early`).
         early_pool: fresh samples the model picks an early batch from.
         early_samples: results of this workload (stored or measured by this search) after
@@ -351,11 +351,9 @@ class EvolutionaryStrategy:
         """
         cfg = self.config
         out = self._variants_of_best(min(cfg.best_variants, n))
-        pool = {t.hash: t for t in self._children([None] * cfg.early_pool) if self._feature(t) is not None}
-        candidates = list(pool.values())
-        scores = self._score(candidates)
-        ranked = [candidates[i] for i in sorted(range(len(candidates)), key=lambda i: -scores[i])]
-        out += self._take_new(ranked, n - len(out))
+        candidates = [t for t in self._children([None] * cfg.early_pool) if self._feature(t) is not None]
+        ranked = sorted(zip(self._score(candidates), range(len(candidates))), key=lambda si: -si[0])
+        out += self._take_new([candidates[i] for _, i in ranked], n - len(out))
         return self._fresh(out, n)
 
     def _seeds_first(self, n: int, room: int) -> list[Trace]:
