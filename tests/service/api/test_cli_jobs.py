@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,12 +83,36 @@ def test_submit_a_custom_workload_file(cli: Api, capsys: pytest.CaptureFixture[s
     assert job["params"]["m"] == 32 and job["status"] == "queued"
 
 
-def _finish_later(api: Api, job_id: int, status: str, error: str | None = None) -> threading.Thread:
+class _Polls:
+    """What the CLI's polls have seen: the job at all (`queued`), then running (`running`)."""
+
+    def __init__(self) -> None:
+        self.queued = threading.Event()
+        self.running = threading.Event()
+
+
+def _watched(api: Api, monkeypatch: pytest.MonkeyPatch) -> _Polls:
+    """Point the CLI at a client that reports what each poll returned."""
+    polls = _Polls()
+
+    class Watching(Client):
+        def job(self, job_id: int) -> dict:
+            j = super().job(job_id)
+            (polls.running if j["status"] == "running" else polls.queued).set()
+            return j
+
+    monkeypatch.setattr(jobs_cli, "make_client", lambda args: Watching(token=args.token, http=api.http))
+    return polls
+
+
+def _finish_later(api: Api, job_id: int, status: str, polls: _Polls, error: str | None = None) -> threading.Thread:
+    """Start the job once the CLI polls it, finish it once the CLI has seen it running: no race with the polls."""
+
     def run() -> None:
-        time.sleep(0.2)
+        polls.queued.wait(timeout=60)
         with api.engine.begin() as conn:
             conn.execute(text("UPDATE jobs SET status = 'running', trials_done = 1 WHERE id = :id"), {"id": job_id})
-        time.sleep(0.2)
+        polls.running.wait(timeout=60)
         with api.engine.begin() as conn:
             conn.execute(
                 text("UPDATE jobs SET status = :s, trials_done = 2, error = :e WHERE id = :id"),
@@ -101,9 +124,11 @@ def _finish_later(api: Api, job_id: int, status: str, error: str | None = None) 
     return t
 
 
-def test_submit_wait_follows_the_job_until_it_ends(cli: Api, capsys: pytest.CaptureFixture[str]) -> None:
+def test_submit_wait_follows_the_job_until_it_ends(
+    cli: Api, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     token = cli.token("client")
-    t = _finish_later(cli, 1, "succeeded")
+    t = _finish_later(cli, 1, "succeeded", _watched(cli, monkeypatch))
     assert main(["jobs", "submit", *MM, "--trials", "2", "--target", ZEN, "--wait", "--json", "--token", token]) == 0
     t.join()
     captured = capsys.readouterr()
@@ -113,7 +138,7 @@ def test_submit_wait_follows_the_job_until_it_ends(cli: Api, capsys: pytest.Capt
     assert "submitted job 1" in captured.err and "job 1: running, 1/2 trials" in captured.err
     assert "job 1: succeeded, 2/2 trials" in captured.err
 
-    t = _finish_later(cli, 2, "failed", "the space is empty")
+    t = _finish_later(cli, 2, "failed", _watched(cli, monkeypatch), "the space is empty")
     assert main(["jobs", "submit", *MM, "--trials", "2", "--target", ZEN, "--wait", "--token", token]) == 1
     t.join()
     captured = capsys.readouterr()
