@@ -24,7 +24,7 @@ from ir.schedule.state import all_blocks, blocks_under
 from ir.task import Task, custom_task, library_task
 from tests.ir.schedule.schedcheck import assert_correct
 
-SEQUENCES = 300
+SEQUENCES = 200
 SEED = 20261122
 
 OPS: list[tuple[str, dict[str, int]]] = [

@@ -24,7 +24,7 @@ from schemathesis.generation import GenerationMode
 
 from tests.service.api.apikit import ADMIN, ZEN, Api, make_api
 
-EXAMPLES = {GenerationMode.POSITIVE: 60, GenerationMode.NEGATIVE: 40}
+EXAMPLES = {GenerationMode.POSITIVE: 40, GenerationMode.NEGATIVE: 30}
 """Generated requests per operation and mode: 100 per operation in all."""
 
 
