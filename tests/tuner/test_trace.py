@@ -230,6 +230,25 @@ def _written_back_under(program: Program) -> list[str]:
     return [lp.var.name for lp in loops_above(program, "C_local")]
 
 
+def test_repair_aligns_spatial_tiles_but_takes_the_nearest_reduction_tile() -> None:
+    """On another shape a vectorized loop's tile keeps its multiple of 8 lanes, while a
+    reduction loop's tile (a K block: nothing is vectorized along it) goes to the nearest
+    divisor by ratio: 1024's K block of 256 is 250 on 1000, not 200."""
+    task = library_task("matmul", {"m": 64, "n": 1024, "k": 1024})
+    sch = TracedSchedule(task.program, rng=random.Random(0))
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    j0, j1 = sch.split(j, sch.sample_perfect_tile(j, n=2, max_innermost_factor=256, decision=[4, 256]))
+    k0, k1 = sch.split(k, sch.sample_perfect_tile(k, n=2, max_innermost_factor=256, decision=[4, 256]))
+    sch.reorder(j0, k0, i, k1, j1)
+    sch.vectorize(j1)
+    other = library_task("matmul", {"m": 64, "n": 1000, "k": 1000})
+    repaired = sch.trace.apply(other.program, repair=True)
+    tiles = [repaired.trace.decisions[n] for n, inst in enumerate(repaired.trace.instructions) if inst.kind == "sample_perfect_tile"]
+    assert tiles == [[5, 200], [4, 250]]
+    assert_correct(other, repaired.program, threads=1)
+
+
 def test_sample_loop_moves_what_takes_its_output_through_replay_repair_and_both_forms() -> None:
     task = library_task("matmul", PARAMS)
     sch = TracedSchedule(task.program, rng=random.Random(0))

@@ -47,22 +47,31 @@ def _twos(n: int) -> int:
     return (n & -n).bit_length() - 1
 
 
-def _nearest_factor(choices: Sequence[int], target: int) -> int:
+def _nearest_factor(choices: Sequence[int], target: int, aligned: bool = True) -> int:
     """The choice nearest `target` by ratio, keeping its alignment where it had one.
 
     A factor that was a multiple of 4 or more (a vector width, a panel) prefers
     the choices sharing the most of its power of two (up to 16): 32 on an extent
     of 1000 becomes 40 (five 8-lane vectors), not 25. Ties go to the smaller.
+    Without `aligned` (a reduction loop's tile: nothing is vectorized along it) the
+    nearest by ratio wins.
     """
-    want = min(_twos(target), 4) if _twos(target) >= 2 else 0
+    want = min(_twos(target), 4) if aligned and _twos(target) >= 2 else 0
     best_align = max(min(_twos(c), want) for c in choices)
     aligned = [c for c in choices if min(_twos(c), want) == best_align]
     return min(aligned, key=lambda c: (abs(math.log(c / target)), c))
 
 
-def repair_perfect_tile(decision: Sequence[int], extent: int, n: int, max_innermost_factor: int) -> list[int]:
+def repair_perfect_tile(
+    decision: Sequence[int], extent: int, n: int, max_innermost_factor: int, *, aligned: bool = True
+) -> list[int]:
     """The valid tiling nearest to `decision`: each inner factor becomes the divisor of
-    what remains nearest the old one (`_nearest_factor`); the outermost takes the rest.
+    what remains nearest the old one (`_nearest_factor`, keeping vector alignment unless
+    not `aligned`); the outermost takes the rest.
+
+    A reduction loop's tiles are not aligned: matmul 1024³'s K block of 256 becomes 250 on
+    1000 (200 would keep 8 | K block), and 250 ran 2% faster than 200 timed interleaved
+    (Emerald Rapids), 4.5% faster than 125.
     """
     old = list(decision) + [1] * max(0, n - len(decision))
     old = old[-n:] if len(old) > n else old
@@ -73,7 +82,7 @@ def repair_perfect_tile(decision: Sequence[int], extent: int, n: int, max_innerm
         if pos == n - 1:
             choices = [d for d in choices if d <= max_innermost_factor] or [1]
         target = old[pos] if isinstance(old[pos], int) and not isinstance(old[pos], bool) and old[pos] > 0 else 1
-        d = _nearest_factor(choices, target)
+        d = _nearest_factor(choices, target, aligned)
         factors[pos] = d
         remaining //= d
     factors[0] = remaining

@@ -29,8 +29,15 @@ from typing import Any
 
 from ir.program import Program
 from ir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
-from ir.schedule.analysis import readers
-from ir.schedule.state import block_name, find_block, find_loop, loop_name, loops_above
+from ir.schedule.analysis import binds_reduce, readers
+from ir.schedule.state import (
+    block_name,
+    blocks_under,
+    find_block,
+    find_loop,
+    loop_name,
+    loops_above,
+)
 from tuner.trace import sampling
 from tuner.trace.errors import TraceError
 from tuner.trace.instruction import KINDS, RV, Instruction
@@ -287,10 +294,10 @@ class TracedSchedule:
             raise ScheduleError(f"loop {loop_name(loop)}: extent is not a constant; cannot tile it")
         extent = int(lp.extent.value)
         decision, forced = self._take(("sample_perfect_tile", n), decision)
-        fits, draw, repair = (
-            (sampling.cover_tile_fits, sampling.sample_cover_tile, sampling.repair_cover_tile)
+        fits, draw = (
+            (sampling.cover_tile_fits, sampling.sample_cover_tile)
             if cover
-            else (sampling.perfect_tile_fits, sampling.sample_perfect_tile, sampling.repair_perfect_tile)
+            else (sampling.perfect_tile_fits, sampling.sample_perfect_tile)
         )
         if decision is None:
             chosen = draw(self._need_rng("sample_perfect_tile"), extent, n, max_innermost_factor)
@@ -303,7 +310,11 @@ class TracedSchedule:
                         f"instruction {len(self.instructions)} sample_perfect_tile on loop {loop_name(loop)}: "
                         f"decision no longer fits ({why}); replay with repair to re-choose it"
                     )
-                chosen = repair(chosen, extent, n, max_innermost_factor)
+                if cover:
+                    chosen = sampling.repair_cover_tile(chosen, extent, n, max_innermost_factor)
+                else:
+                    aligned = not any(binds_reduce(r, lp.var) for r in blocks_under(lp.body))
+                    chosen = sampling.repair_perfect_tile(chosen, extent, n, max_innermost_factor, aligned=aligned)
         attrs: dict[str, Any] = {"n": n, "max_innermost_factor": max_innermost_factor}
         if cover:
             attrs["cover"] = True
