@@ -74,8 +74,10 @@ class _Reference:
     call: Callable[[], object]
     """The kernel bound to its inputs and outputs (`Kernel.bind_call` keeps them alive)."""
     seen_ms: list[float]
-    """Its medians: the (drift-corrected) one that made it the reference, then one per
-    second look it was timed beside."""
+    """Its medians as timed, never corrected: its own second look, then one per second
+    look it was timed beside. Were its corrected median the start, each new reference
+    would inherit the last one's luck, and the chain would ratchet down (matmul 1024³
+    'reached' 9.7 ms against 14 ms re-timed)."""
 
     @property
     def quiet_ms(self) -> float:
@@ -147,16 +149,18 @@ class Measurer:
 
     def _second_look(
         self, call: Callable[[], object], first: Timing, reference: _Reference | None, config: MeasureConfig
-    ) -> tuple[Timing, float]:
+    ) -> tuple[Timing, float, float]:
         """`confirm_repeat` more repeats of a contender, beside the reference when there is
-        one; its first and second look scaled by the drift (see the class); and the drift."""
+        one: its first and second look scaled by the drift (see the class), the drift, and
+        the median of the second look as timed."""
         if reference is None:  # the task's first candidate here: nothing to compare with
-            return time_more(call, first, self.confirm_repeat, config), 1.0
+            timing = time_more(call, first, self.confirm_repeat, config)
+            return timing, 1.0, timing.median_ms
         more, beside = time_interleaved([call, reference.call], replace(config, repeat=self.confirm_repeat))
         reference.seen_ms.append(beside.median_ms)
         drift = reference.quiet_ms / beside.median_ms
         times = tuple(t * drift for t in first.times_ms + more.times_ms)
-        return Timing(times_ms=times, number=more.number), drift
+        return Timing(times_ms=times, number=more.number), drift, more.median_ms
 
     def _fail(self, status: str, message: str, compile_ms: float = 0.0) -> MeasureResult:
         return MeasureResult(status, (), message, self.worker, compile_ms, self.llvm_version)
@@ -217,15 +221,15 @@ class Measurer:
         t5 = time.perf_counter()
         call = kernel.bind_call(*prepared.inputs, *outputs)
         timing = time_callable(call, config)
-        confirmed, drift = 0, 1.0
+        confirmed, drift, as_timed = 0, 1.0, timing.median_ms
         if self.confirm_repeat > 0 and (
             prepared.best_ms is None or timing.median_ms <= prepared.best_ms * self.confirm_within
         ):
-            timing, drift = self._second_look(call, timing, prepared.reference, config)
+            timing, drift, as_timed = self._second_look(call, timing, prepared.reference, config)
             confirmed = self.confirm_repeat
         if prepared.best_ms is None or timing.median_ms < prepared.best_ms:
             prepared.best_ms = timing.median_ms
-            prepared.reference = _Reference(call, [timing.median_ms])
+            prepared.reference = _Reference(call, [as_timed])
         if call() != 0:
             return self._fail("runtime_error", f"kernel {kernel.symbol} returned an error code while timed", compile_ms)
         t6 = time.perf_counter()
