@@ -958,7 +958,6 @@ def run(
             "min_repeat_ms": TUNING_CONFIG.min_repeat_ms,
             "confirm_repeat": CONFIRM_REPEAT,
             "confirm_within": CONFIRM_WITHIN,
-            "drift_corrected": True,
         },
         "usable_cores": len(os.sched_getaffinity(0)),
         "tvm": None,
@@ -1420,16 +1419,10 @@ def _tuning_timing(tune: dict[str, Any]) -> str:
     if m is None:
         return "short repeats"
     more = m["repeat"] + m["confirm_repeat"]
-    text = (
+    return (
         f"{m['repeat']} repeats of at least {m['min_repeat_ms']:g} ms, {more} for a contender "
         f"within {m['confirm_within'] - 1:.0%} of the best"
     )
-    if m.get("drift_corrected"):
-        text += (
-            ", its second look timed interleaved with the fastest kernel so far and scaled by how much"
-            " slower that one ran then than usual"
-        )
-    return text
 
 
 def note(result: dict[str, Any]) -> str:

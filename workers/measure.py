@@ -18,8 +18,7 @@ import os
 import signal
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,7 +34,7 @@ from ir.task import Task
 from tuner.runner import MeasureResult
 from tuner.trace.trace import Trace
 from workers.machine import limit_numpy_threads
-from workers.timing import MeasureConfig, Timing, time_callable, time_interleaved, time_more
+from workers.timing import MeasureConfig, time_callable, time_more
 from workers.verify import empty_outputs, verify
 
 FAULT_ENV = "LOOMTUNE_TEST_FAULTS"
@@ -48,11 +47,9 @@ with numpy uses the longer default protocol (`workers/compare.py`)."""
 
 CONFIRM_REPEAT = 6
 """Extra repeats for a candidate that its first repeats put near the best."""
-CONFIRM_WITHIN = 1.5
+CONFIRM_WITHIN = 1.05
 """'Near the best': a median at most this factor above the best median this
-process has timed for the task (or the task's first candidate). Wide, because
-a first look that landed in one of a shared VM's slow phases reads 20-30% (at
-times 2x) slow: such a candidate still gets its second look, beside the reference."""
+process has timed for the task (or the task's first candidate)."""
 
 
 def injected_fault(program: Program) -> str | None:
@@ -68,26 +65,6 @@ def injected_fault(program: Program) -> str | None:
 
 
 @dataclass
-class _Reference:
-    """The fastest kernel timed here for a task, kept to time contenders beside it."""
-
-    call: Callable[[], object]
-    """The kernel bound to its inputs and outputs (`Kernel.bind_call` keeps them alive)."""
-    seen_ms: list[float]
-    """Its medians as timed, never corrected: its own second look, then one per second
-    look it was timed beside. Were its corrected median the start, each new reference
-    would inherit the last one's luck, and the chain would ratchet down (matmul 1024³
-    'reached' 9.7 ms against 14 ms re-timed)."""
-
-    @property
-    def quiet_ms(self) -> float:
-        """Its time in the machine's quiet phase: the lower quartile of its medians (the
-        minimum of hundreds of them would ratchet down with the noise, and flatter
-        the later contenders)."""
-        return sorted(self.seen_ms)[len(self.seen_ms) // 4]
-
-
-@dataclass
 class _Prepared:
     """A task's inputs and numpy's answers: made once per task and thread count."""
 
@@ -95,8 +72,7 @@ class _Prepared:
     inputs: list[np.ndarray]
     refs: list[np.ndarray]
     best_ms: float | None = None
-    """The best (drift-corrected) median timed here for this task: the bar for a second look."""
-    reference: _Reference | None = None
+    """The best median timed here for this task: the bar for a second look."""
 
 
 class Measurer:
@@ -106,16 +82,7 @@ class Measurer:
     this process has timed for its task gets `confirm_repeat` more: the search
     keeps the minimum of many short, noisy medians, and without a second look
     that minimum is mostly luck (best-so-far ran 10-25% below the kernel's
-    re-timing on a 2-core VM). Only the contenders pay for it.
-
-    The second look is timed interleaved with the task's reference (the fastest
-    kernel timed here so far), and the contender's times are scaled by how much
-    slower the reference ran just then than in the machine's quiet phase (the
-    lower quartile of its medians): a drift correction. A shared VM has slow phases of
-    seconds in which memory-bound kernels run 20-30% slower (a neighbour on the
-    L3; the znver3 and Emerald Rapids VMs), and a short timing lands wholly in one
-    phase; in the ratio to a kernel timed in the same moment the phase cancels,
-    so contenders are ranked by what they are, not by when they were timed.
+    re-timing on a 2-core VM). Only the few contenders pay for it.
     """
 
     def __init__(
@@ -147,21 +114,6 @@ class Measurer:
             self._prepared.popitem(last=False)
         return prepared
 
-    def _second_look(
-        self, call: Callable[[], object], first: Timing, reference: _Reference | None, config: MeasureConfig
-    ) -> tuple[Timing, float, float]:
-        """`confirm_repeat` more repeats of a contender, beside the reference when there is
-        one: its first and second look scaled by the drift (see the class), the drift, and
-        the median of the second look as timed."""
-        if reference is None:  # the task's first candidate here: nothing to compare with
-            timing = time_more(call, first, self.confirm_repeat, config)
-            return timing, 1.0, timing.median_ms
-        more, beside = time_interleaved([call, reference.call], replace(config, repeat=self.confirm_repeat))
-        reference.seen_ms.append(beside.median_ms)
-        drift = reference.quiet_ms / beside.median_ms
-        times = tuple(t * drift for t in first.times_ms + more.times_ms)
-        return Timing(times_ms=times, number=more.number), drift, more.median_ms
-
     def _fail(self, status: str, message: str, compile_ms: float = 0.0) -> MeasureResult:
         return MeasureResult(status, (), message, self.worker, compile_ms, self.llvm_version)
 
@@ -174,9 +126,7 @@ class Measurer:
         `verify` (inputs and numpy's answers when the task is new to this
         process, one run, the comparison) and `timing` (warm-up, calibration
         and the repeats); `confirmed` is the number of extra repeats a
-        contender got (0 for the others); `drift` the factor its times were
-        scaled by (the reference's quiet-phase time over its time beside the
-        contender; 1.0 without a second look beside a reference).
+        contender got (0 for the others).
         """
         t0 = time.perf_counter()
         try:
@@ -221,23 +171,17 @@ class Measurer:
         t5 = time.perf_counter()
         call = kernel.bind_call(*prepared.inputs, *outputs)
         timing = time_callable(call, config)
-        confirmed, drift, as_timed = 0, 1.0, timing.median_ms
+        confirmed = 0
         if self.confirm_repeat > 0 and (
             prepared.best_ms is None or timing.median_ms <= prepared.best_ms * self.confirm_within
         ):
-            timing, drift, as_timed = self._second_look(call, timing, prepared.reference, config)
+            timing = time_more(call, timing, self.confirm_repeat, config)
             confirmed = self.confirm_repeat
         if prepared.best_ms is None or timing.median_ms < prepared.best_ms:
             prepared.best_ms = timing.median_ms
-            prepared.reference = _Reference(call, [as_timed])
         if call() != 0:
             return self._fail("runtime_error", f"kernel {kernel.symbol} returned an error code while timed", compile_ms)
         t6 = time.perf_counter()
         phases = {"replay": t1 - t0, "lower": t2 - t1, "emit": t3 - t2, "llvm": t4 - t3, "verify": t5 - t4, "timing": t6 - t5}
-        extra = {
-            "number": timing.number,
-            "confirmed": confirmed,
-            "drift": drift,
-            "phases_ms": {k: v * 1e3 for k, v in phases.items()},
-        }
+        extra = {"number": timing.number, "confirmed": confirmed, "phases_ms": {k: v * 1e3 for k, v in phases.items()}}
         return MeasureResult("ok", timing.times_ms, "", self.worker, compile_ms, self.llvm_version, extra)

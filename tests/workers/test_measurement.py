@@ -77,23 +77,6 @@ def test_only_contenders_get_extra_repeats() -> None:
     assert len(plain.measure(TASK, TARGET, trace).run_times_ms) == 3
 
 
-def test_a_contender_is_timed_beside_the_reference_and_corrected_for_drift() -> None:
-    """The task's fastest kernel so far is timed interleaved with each contender, whose times
-    are scaled by the reference's usual time over its time just then: the same kernel
-    measured again lands on the reference's time, whatever the machine did meanwhile."""
-    m = Measurer(worker="drift", confirm_repeat=4, confirm_within=100.0)
-    trace = _faulty("none", tile=8)
-    first = m.measure(TASK, TARGET, trace)
-    assert first.ok and first.extra["drift"] == 1.0  # no reference yet: raw times
-    for _ in range(3):
-        again = m.measure(TASK, TARGET, trace)
-        assert again.ok and again.extra["confirmed"] == 4 and len(again.run_times_ms) == 7
-        assert 0.5 < again.extra["drift"] < 2.0  # 1.0 exactly when the reference ran at its usual time
-        assert again.median_ms == pytest.approx(first.median_ms, rel=0.35)
-    faster = m.measure(TASK, TARGET, _faulty("none", tile=16))
-    assert faster.ok and 0.5 < faster.extra["drift"] < 2.0
-
-
 def test_process_crash_timeout_corrupt_and_oom_each_end_with_their_status() -> None:
     p = MeasureProcess(timeout_s=5, env=_fault_env())
     try:
