@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ir.schedule import Schedule
-from ir.task import library_task
+from ir.task import Task, library_task
 from tuner.cost_model import CostModelError, XGBCostModel, normalised_throughput
 from tuner.database import InMemoryDatabase
 from tuner.evolutionary import EvolutionaryStrategy, shape_distance
@@ -21,6 +21,7 @@ from tuner.loop import make_record, tune_loop
 from tuner.simulated import SimulatedRunner
 from tuner.space.simple import SimpleSpace
 from tuner.strategy import SearchContext, default_strategy, make_strategy
+from tuner.trace.trace import Trace
 
 TARGET = "sim"
 
@@ -201,27 +202,40 @@ def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
 
 def test_shapes_nearest_first_and_the_nearest_ones_runner_ups() -> None:
     """A database of many shapes: 1000³ starts from 1024³ (nearest) before 960³ and 64³,
-    whatever their medians, and also from 1024³'s next best records."""
+    whatever their medians, and also from 1024³'s runner-ups: the fastest record of
+    another structure than its best first (here the slowest of them), then its next best."""
     from codegen.target import Target
     from tuner.database import TuningRecord
     from tuner.space import default_space
 
     db = InMemoryDatabase()
     rng = random.Random(0)
-    medians = {64: [0.01], 960: [5.0, 5.5], 1024: [6.0, 6.1, 6.2, 6.3, 6.4]}
-    for size, times in medians.items():
+
+    def store(task: Task, trace: Trace, median: float) -> None:
+        db.commit_record(TuningRecord.create(
+            workload_key=task.key, op="matmul", params=task.params, definition=task.to_definition(),
+            target=TARGET, trace=trace.to_json(), trace_hash=trace.hash, run_times_ms=[median], status="ok",
+        ))  # fmt: skip
+
+    for size, times in {64: [0.01], 960: [5.0, 5.5]}.items():
         task = library_task("matmul", {"m": size, "n": size, "k": size})
         space = default_space(task.program, Target.host(1))
         for t in times:
-            trace = space.sample(rng)
-            db.commit_record(TuningRecord.create(
-                workload_key=task.key, op="matmul", params=task.params, definition=task.to_definition(),
-                target=TARGET, trace=trace.to_json(), trace_hash=trace.hash, run_times_ms=[t], status="ok",
-            ))  # fmt: skip
+            store(task, space.sample(rng), t)
+    big = library_task("matmul", {"m": 1024, "n": 1024, "k": 1024})
+    space = default_space(big.program, Target.host(1))
+    by_structure: dict[object, list[Trace]] = {}
+    while len(by_structure) < 2 or max(len(v) for v in by_structure.values()) < 4:
+        trace = space.sample(rng)
+        by_structure.setdefault(space.structure(trace), []).append(trace)
+    common = max(by_structure.values(), key=len)[:4]
+    other = next(v for v in by_structure.values() if v is not common and v[0] not in common)[0]
+    for trace, t in zip([*common, other], [6.0, 6.1, 6.2, 6.3, 6.4]):
+        store(big, trace, t)
     new = library_task("matmul", {"m": 1000, "n": 1000, "k": 1000})
     warm = EvolutionaryStrategy(SearchContext(new, TARGET, default_space(new.program, Target.host(1)), db), 0)
     picked = [(r.params["m"], r.median_ms, variants) for r, variants in warm._other_shapes()]
-    assert picked == [(1024, 6.0, True), (960, 5.0, True), (64, 0.01, True), (1024, 6.1, False), (1024, 6.2, False), (1024, 6.3, False)]
+    assert picked == [(1024, 6.0, True), (960, 5.0, True), (64, 0.01, True), (1024, 6.4, False), (1024, 6.1, False), (1024, 6.2, False)]
     assert len(warm.seeds) >= 6
     assert shape_distance({"m": 1000}, {"m": 1024}) < shape_distance({"m": 1000}, {"m": 960}) < shape_distance({"m": 1000}, {"m": 64})
     assert shape_distance({"m": 1000}, {"n": 1000}) == float("inf")

@@ -230,6 +230,15 @@ class RuleSpace:
                     continue
         return out
 
+    def structure(self, trace: Trace) -> tuple[object, ...] | None:
+        """The trace's structural choices (`variants` changes one of them), in order: two
+        traces with the same structure differ only in tiles and annotations. None without
+        a rule part."""
+        rules = self.rule_part(trace)
+        if rules is None:
+            return None
+        return tuple(rules.decisions.get(i) for i in structural_categoricals(rules))
+
     @staticmethod
     def rule_part(trace: Trace) -> Trace | None:
         """The instructions (and decisions) before the marker; None when there is no marker."""
