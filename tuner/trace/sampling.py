@@ -58,8 +58,8 @@ def _nearest_factor(choices: Sequence[int], target: int, aligned: bool = True) -
     """
     want = min(_twos(target), 4) if aligned and _twos(target) >= 2 else 0
     best_align = max(min(_twos(c), want) for c in choices)
-    aligned = [c for c in choices if min(_twos(c), want) == best_align]
-    return min(aligned, key=lambda c: (abs(math.log(c / target)), c))
+    keeping = [c for c in choices if min(_twos(c), want) == best_align]
+    return min(keeping, key=lambda c: (abs(math.log(c / target)), c))
 
 
 def repair_perfect_tile(
