@@ -63,8 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--strategy", default="evolutionary")
     tune.add_argument(
-        "--seeds", "--evo-seeds", dest="evo_seeds", type=int, default=1,
-        help="evo_replay, reuse, scheduler: seeds to take the median over (1)"
+        "--seeds",
+        "--evo-seeds",
+        dest="evo_seeds",
+        type=int,
+        default=1,
+        help="evo_replay, reuse, scheduler: seeds to take the median over (1)",
     )
     tune.add_argument(
         "--suite-name", default=None, help="the result's suite (default tune, or tune_extras)"

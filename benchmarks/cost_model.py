@@ -98,13 +98,37 @@ WORKLOADS: tuple[Workload, ...] = (
     _w("matmul 48×384×240", "matmul", m=48, n=384, k=240),
     _w("dense 96×240×192 +bias +relu", "dense", m=96, n=240, k=192, bias=1, relu=1),
     _w("batch_matmul 4×48×96×48", "batch_matmul", b=4, m=48, n=96, k=48),
-    _w("conv2d_nhwc 1×24×24×48→48 3×3", "conv2d_nhwc", n=1, h=24, w=24, ci=48, co=48, kh=3, kw=3, stride=1, pad=1, dilation=1),
-    _w("depthwise_conv2d_nhwc 1×48×48×48 3×3", "depthwise_conv2d_nhwc", n=1, h=48, w=48, c=48, kh=3, kw=3, stride=1, pad=1),
+    _w(
+        "conv2d_nhwc 1×24×24×48→48 3×3",
+        "conv2d_nhwc",
+        n=1,
+        h=24,
+        w=24,
+        ci=48,
+        co=48,
+        kh=3,
+        kw=3,
+        stride=1,
+        pad=1,
+        dilation=1,
+    ),
+    _w(
+        "depthwise_conv2d_nhwc 1×48×48×48 3×3",
+        "depthwise_conv2d_nhwc",
+        n=1,
+        h=48,
+        w=48,
+        c=48,
+        kh=3,
+        kw=3,
+        stride=1,
+        pad=1,
+    ),
     _w("softmax 240×480", "softmax", m=240, n=480),
     _w("layer_norm 240×480", "layer_norm", m=240, n=480),
     _w("gelu 240×960", "gelu", m=240, n=960),
     _w("transpose 480×480", "transpose", m=480, n=480),
-)  # fmt: skip
+)
 TRIALS = 150
 QUICK_WORKLOADS: tuple[Workload, ...] = (
     _w("matmul 48³", "matmul", m=48, n=48, k=48),
@@ -211,13 +235,20 @@ def build_dataset(workloads: Sequence[Workload], records: Sequence[TuningRecord]
         times = [r.measured_at for r in rs]
         summary.append(
             {
-                "label": w.label, "op": w.op, "params": dict(w.params), "workload_key": keys[w.label],
-                "records": len(rs), "ok": len(ok),
-                "best_ms": min(ok) if ok else None, "median_ms": float(np.median(ok)) if ok else None,
+                "label": w.label,
+                "op": w.op,
+                "params": dict(w.params),
+                "workload_key": keys[w.label],
+                "records": len(rs),
+                "ok": len(ok),
+                "best_ms": min(ok) if ok else None,
+                "median_ms": float(np.median(ok)) if ok else None,
                 "worst_ms": max(ok) if ok else None,
-                "collect_span_s": (max(times) - min(times)).total_seconds() if len(times) > 1 else 0.0,
+                "collect_span_s": (max(times) - min(times)).total_seconds()
+                if len(times) > 1
+                else 0.0,
             }
-        )  # fmt: skip
+        )
     x = np.stack(feats) if feats else np.zeros((0, FEATURES), dtype=np.float32)
     return Dataset(labels, x, lats, summary, feature_s)
 
@@ -341,14 +372,23 @@ def evaluate(
             finite = bool(per) and all(v is not None and math.isfinite(v) for v in means.values())
             rows.append(
                 {
-                    "case": f"{name} · {setting}", "label": f"{name} · {setting}", "setting": setting,
-                    "model": name, **means, "workloads": len(per), "per_workload": per, "fit_s": fit_s,
-                    "correct": finite, "message": None if finite else "no held-out workload could be ranked",
+                    "case": f"{name} · {setting}",
+                    "label": f"{name} · {setting}",
+                    "setting": setting,
+                    "model": name,
+                    **means,
+                    "workloads": len(per),
+                    "per_workload": per,
+                    "fit_s": fit_s,
+                    "correct": finite,
+                    "message": None if finite else "no held-out workload could be ranked",
                 }
-            )  # fmt: skip
+            )
             if per:
-                log(f"  {setting:18} {name:24} NDCG@10 {means['ndcg_at_10']:.3f}  NDCG {means['ndcg']:.3f}  "
-                    f"Spearman {means['spearman']:.3f}  top-1 regret {means['top1_regret']:.2f}  ({fit_s:.1f} s)")  # fmt: skip
+                log(
+                    f"  {setting:18} {name:24} NDCG@10 {means['ndcg_at_10']:.3f}  NDCG {means['ndcg']:.3f}  "
+                    f"Spearman {means['spearman']:.3f}  top-1 regret {means['top1_regret']:.2f}  ({fit_s:.1f} s)"
+                )
     return rows
 
 
@@ -361,9 +401,11 @@ def decide(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         by[objective] = None if any(v is None for v in values) else float(np.mean(values))
     reg, rank = by["regression"], by["rank"]
     clear = (
-        reg is not None and rank is not None and rank - reg >= CLEAR_MARGIN
+        reg is not None
+        and rank is not None
+        and rank - reg >= CLEAR_MARGIN
         and all(score[("XGBoost rank", s)] >= score[("XGBoost regression", s)] for s in SETTINGS)
-    )  # fmt: skip
+    )
     better = None if reg is None or rank is None else ("rank" if rank > reg else "regression")
     per = {(r["model"], r["setting"]): r["per_workload"] for r in rows}
     rank_wins = {}  # per setting: held-out workloads where rank's NDCG@10 is higher
@@ -373,10 +415,15 @@ def decide(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             f"{sum(a[w]['ndcg_at_10'] > b[w]['ndcg_at_10'] for w in a if w in b)}/{len(a)}"
         )
     return {
-        "metric": "ndcg_at_10 (mean of both settings)", "regression": reg, "rank": rank, "better": better,
-        "rank_wins": rank_wins, "clear_margin": CLEAR_MARGIN, "winner": "rank" if clear else "regression",
+        "metric": "ndcg_at_10 (mean of both settings)",
+        "regression": reg,
+        "rank": rank,
+        "better": better,
+        "rank_wins": rank_wins,
+        "clear_margin": CLEAR_MARGIN,
+        "winner": "rank" if clear else "regression",
         "default_objective": DEFAULT_OBJECTIVE,
-    }  # fmt: skip
+    }
 
 
 # -- one run ------------------------------------------------------------------------------
@@ -501,20 +548,35 @@ def metrics_table(result: dict[str, Any]) -> Table:
         "fit s",
     ]
     rows = [
-        [r["setting"], r["model"], _f(r["ndcg_at_10"]), _f(r["ndcg"]), _f(r["spearman"]),
-         _f(r["top1_regret"], 2), _f(r["top10_regret"], 2), _f(r["fit_s"], 1)]
+        [
+            r["setting"],
+            r["model"],
+            _f(r["ndcg_at_10"]),
+            _f(r["ndcg"]),
+            _f(r["spearman"]),
+            _f(r["top1_regret"], 2),
+            _f(r["top10_regret"], 2),
+            _f(r["fit_s"], 1),
+        ]
         for r in result["rows"]
-    ]  # fmt: skip
+    ]
     return headers, rows
 
 
 def dataset_table(result: dict[str, Any]) -> Table:
     headers = ["workload", "records", "ok", "best ms", "median ms", "worst ms", "collected in s"]
     rows = [
-        [w["label"], str(w["records"]), str(w["ok"]), _ms(w["best_ms"]), _ms(w["median_ms"]),
-         _ms(w["worst_ms"]), _f(w["collect_span_s"], 1)]
+        [
+            w["label"],
+            str(w["records"]),
+            str(w["ok"]),
+            _ms(w["best_ms"]),
+            _ms(w["median_ms"]),
+            _ms(w["worst_ms"]),
+            _f(w["collect_span_s"], 1),
+        ]
         for w in result["cost_model"]["workloads"]
-    ]  # fmt: skip
+    ]
     return headers, rows
 
 

@@ -113,7 +113,9 @@ def build_case(
     task = library_task(op, params)
     sch = Schedule(task.program)
     for spec in loops:
-        {"parallel": sch.parallel, "vectorized": sch.vectorize, "unrolled": sch.unroll}[spec.kind](spec.loop)
+        {"parallel": sch.parallel, "vectorized": sch.vectorize, "unrolled": sch.unroll}[spec.kind](
+            spec.loop
+        )
         for key, value in spec.annotations:
             sch.annotate(spec.loop, key, value)
     program = sch.program
@@ -142,8 +144,18 @@ class Suite:
 
 def _conv3x3(hw: int, channels: int) -> dict[str, int]:
     """A 1×hw×hw×channels image, 3×3 kernel, same padding, channels in and out."""
-    return {"n": 1, "h": hw, "w": hw, "ci": channels, "co": channels, "kh": 3, "kw": 3,
-            "stride": 1, "pad": 1, "dilation": 1}  # fmt: skip
+    return {
+        "n": 1,
+        "h": hw,
+        "w": hw,
+        "ci": channels,
+        "co": channels,
+        "kh": 3,
+        "kw": 3,
+        "stride": 1,
+        "pad": 1,
+        "dilation": 1,
+    }
 
 
 def _window3x3(hw: int, channels: int, *, stride: int) -> dict[str, int]:
@@ -166,8 +178,14 @@ def _default_cases(quick: bool) -> list[Case]:
     pool, dw = _window3x3(phw, pch, stride=2), _window3x3(phw, pch, stride=1)
     return [
         build_case(f"matmul {mm}³", "matmul", {"m": mm, "n": mm, "k": mm}),
-        build_case(f"batch_matmul {bm[0]}×{bm[1]}³", "batch_matmul", {"b": bm[0], "m": bm[1], "n": bm[1], "k": bm[1]}),
-        build_case(f"dense {mm}³ +bias +relu", "dense", {"m": mm, "n": mm, "k": mm, "bias": 1, "relu": 1}),
+        build_case(
+            f"batch_matmul {bm[0]}×{bm[1]}³",
+            "batch_matmul",
+            {"b": bm[0], "m": bm[1], "n": bm[1], "k": bm[1]},
+        ),
+        build_case(
+            f"dense {mm}³ +bias +relu", "dense", {"m": mm, "n": mm, "k": mm, "bias": 1, "relu": 1}
+        ),
         build_case(f"conv2d_nhwc 1×{hw}×{hw}×{ch}→{ch} 3×3", "conv2d_nhwc", conv),
         build_case(f"conv2d_nchw 1×{ch}×{hw}×{hw}→{ch} 3×3", "conv2d_nchw", conv),
         build_case(f"depthwise_conv2d_nhwc 1×{phw}×{phw}×{pch} 3×3", "depthwise_conv2d_nhwc", dw),
@@ -180,7 +198,7 @@ def _default_cases(quick: bool) -> list[Case]:
         build_case(f"gelu {rows * 2}×{cols}", "gelu", {"m": rows * 2, "n": cols}),
         build_case(f"transpose {big}×{big}", "transpose", {"m": big, "n": big}),
         build_case(f"matmul_int8 {i8}³", "matmul_int8", {"m": i8, "n": i8, "k": i8}),
-    ]  # fmt: skip
+    ]
 
 
 # -- loopkinds: hand-marked vectorized, unrolled and parallel loops ---------------
@@ -203,16 +221,43 @@ def _loopkinds_cases(quick: bool) -> list[Case]:
         build_case(f"gelu {rows * 2}×{cols}", "gelu", gelu, vec("j", 8)),
         build_case(f"gelu {rows * 2}×{cols}", "gelu", gelu, vec("j", 16)),
         build_case(f"softmax {rows}×{cols}", "softmax", soft, vec("j_1", 16)),  # the normalize loop
-        build_case(f"softmax {rows}×{cols}", "softmax", soft, vec("j", 16), vec("j_1", 16)),  # + exp
+        build_case(
+            f"softmax {rows}×{cols}", "softmax", soft, vec("j", 16), vec("j_1", 16)
+        ),  # + exp
         build_case(f"layer_norm {rows}×{cols}", "layer_norm", soft, vec("j", 16)),
-        build_case(f"transpose {big}×{big}", "transpose", {"m": big, "n": big}, vec("i", 8)),  # gathers
+        build_case(
+            f"transpose {big}×{big}", "transpose", {"m": big, "n": big}, vec("i", 8)
+        ),  # gathers
         build_case(f"matmul_int8 {i8}³", "matmul_int8", {"m": i8, "n": i8, "k": i8}, vec("j")),
         # unrolled 3×3 windows (vectorized over channels)
-        build_case(f"conv2d_nhwc 1×{hw}×{hw}×{ch}→{ch} 3×3", "conv2d_nhwc", conv, vec("o"), unroll("rh"), unroll("rw")),
-        build_case(f"depthwise_conv2d_nhwc 1×{phw}×{phw}×{pch} 3×3", "depthwise_conv2d_nhwc", dw, vec("ch"), unroll("rh"), unroll("rw")),
-        build_case(f"max_pool2d 1×{phw}×{phw}×{pch} 3×3/2", "max_pool2d", pool, unroll("rh"), unroll("rw")),
-        build_case(f"avg_pool2d 1×{phw}×{phw}×{pch} 3×3/2", "avg_pool2d", pool, vec("ch"), unroll("rh"), unroll("rw")),
-    ]  # fmt: skip
+        build_case(
+            f"conv2d_nhwc 1×{hw}×{hw}×{ch}→{ch} 3×3",
+            "conv2d_nhwc",
+            conv,
+            vec("o"),
+            unroll("rh"),
+            unroll("rw"),
+        ),
+        build_case(
+            f"depthwise_conv2d_nhwc 1×{phw}×{phw}×{pch} 3×3",
+            "depthwise_conv2d_nhwc",
+            dw,
+            vec("ch"),
+            unroll("rh"),
+            unroll("rw"),
+        ),
+        build_case(
+            f"max_pool2d 1×{phw}×{phw}×{pch} 3×3/2", "max_pool2d", pool, unroll("rh"), unroll("rw")
+        ),
+        build_case(
+            f"avg_pool2d 1×{phw}×{phw}×{pch} 3×3/2",
+            "avg_pool2d",
+            pool,
+            vec("ch"),
+            unroll("rh"),
+            unroll("rw"),
+        ),
+    ]
     # parallel: 1 and 2 threads of one program, timed interleaved with each other
     large_gelu = {"m": ew, "n": ew}
     large_mm = {"m": mm, "n": mm, "k": mm}
@@ -220,13 +265,55 @@ def _loopkinds_cases(quick: bool) -> list[Case]:
     soft_loops = (par("i"), par("i_1"), par("i_2"), par("i_3"), vec("j", 16), vec("j_1", 16))
     for threads in (1, 2):
         cases += [
-            build_case(f"gelu {ew}×{ew}", "gelu", large_gelu, par("i"), vec("j", 16), threads=threads, group=f"gelu {ew}×{ew} vec16", speedup_goal=SPEEDUP_GOAL),
-            build_case(f"gelu {ew}×{ew}", "gelu", large_gelu, par("i"), vec("j", 8), threads=threads, group=f"gelu {ew}×{ew} vec8", speedup_goal=SPEEDUP_GOAL),
-            build_case(f"matmul {mm}³", "matmul", large_mm, par("i"), vec("j"), threads=threads, group=f"matmul {mm}³", speedup_goal=SPEEDUP_GOAL),
-            build_case(f"softmax {big}×{big}", "softmax", large_soft, *soft_loops, threads=threads, group=f"softmax {big}×{big}"),
+            build_case(
+                f"gelu {ew}×{ew}",
+                "gelu",
+                large_gelu,
+                par("i"),
+                vec("j", 16),
+                threads=threads,
+                group=f"gelu {ew}×{ew} vec16",
+                speedup_goal=SPEEDUP_GOAL,
+            ),
+            build_case(
+                f"gelu {ew}×{ew}",
+                "gelu",
+                large_gelu,
+                par("i"),
+                vec("j", 8),
+                threads=threads,
+                group=f"gelu {ew}×{ew} vec8",
+                speedup_goal=SPEEDUP_GOAL,
+            ),
+            build_case(
+                f"matmul {mm}³",
+                "matmul",
+                large_mm,
+                par("i"),
+                vec("j"),
+                threads=threads,
+                group=f"matmul {mm}³",
+                speedup_goal=SPEEDUP_GOAL,
+            ),
+            build_case(
+                f"softmax {big}×{big}",
+                "softmax",
+                large_soft,
+                *soft_loops,
+                threads=threads,
+                group=f"softmax {big}×{big}",
+            ),
             # nearly no work: what one fork-join (thread create + join) costs
-            build_case("gelu 2×64", "gelu", {"m": 2, "n": 64}, par("i"), vec("j", 16), threads=threads, group="gelu 2×64 (fork-join cost)"),
-        ]  # fmt: skip
+            build_case(
+                "gelu 2×64",
+                "gelu",
+                {"m": 2, "n": 64},
+                par("i"),
+                vec("j", 16),
+                threads=threads,
+                group="gelu 2×64 (fork-join cost)",
+            ),
+        ]
     return cases
 
 
@@ -240,15 +327,34 @@ def _compile_cases(quick: bool) -> list[Case]:
     ew = 256 if quick else 2048
     conv = _conv3x3(hw, ch)
     return [
-        build_case(f"matmul {mm}³", "matmul", {"m": mm, "n": mm, "k": mm}, compile_goal_ms=COMPILE_GOAL_MS),
-        build_case(f"matmul {mm}³", "matmul", {"m": mm, "n": mm, "k": mm}, par("i"), vec("j"), threads=2),
+        build_case(
+            f"matmul {mm}³", "matmul", {"m": mm, "n": mm, "k": mm}, compile_goal_ms=COMPILE_GOAL_MS
+        ),
+        build_case(
+            f"matmul {mm}³", "matmul", {"m": mm, "n": mm, "k": mm}, par("i"), vec("j"), threads=2
+        ),
         build_case(f"conv2d_nhwc 1×{hw}×{hw}×{ch}→{ch} 3×3", "conv2d_nhwc", conv),
-        build_case(f"conv2d_nhwc 1×{hw}×{hw}×{ch}→{ch} 3×3", "conv2d_nhwc", conv, vec("o"), unroll("rh"), unroll("rw")),
-        build_case(f"conv2d_nhwc 1×{hw}×{hw}×{ch}→{ch} 3×3", "conv2d_nhwc", conv, unroll("rh"), unroll("rw")),
+        build_case(
+            f"conv2d_nhwc 1×{hw}×{hw}×{ch}→{ch} 3×3",
+            "conv2d_nhwc",
+            conv,
+            vec("o"),
+            unroll("rh"),
+            unroll("rw"),
+        ),
+        build_case(
+            f"conv2d_nhwc 1×{hw}×{hw}×{ch}→{ch} 3×3",
+            "conv2d_nhwc",
+            conv,
+            unroll("rh"),
+            unroll("rw"),
+        ),
         build_case(f"softmax {rows}×{cols}", "softmax", {"m": rows, "n": cols}),
         build_case(f"layer_norm {rows}×{cols}", "layer_norm", {"m": rows, "n": cols}),
-        build_case(f"gelu {ew}×{ew}", "gelu", {"m": ew, "n": ew}, par("i"), vec("j", 16), threads=2),
-    ]  # fmt: skip
+        build_case(
+            f"gelu {ew}×{ew}", "gelu", {"m": ew, "n": ew}, par("i"), vec("j", 16), threads=2
+        ),
+    ]
 
 
 # -- gemm: the kernel-quality gate's hand-written traces (docs/gemm.md) --------------
@@ -275,7 +381,17 @@ def _gemm_cases(quick: bool) -> list[Case]:
         task = trace_file.task({"m": str(n), "n": str(n), "k": str(n)})
         program = trace_file.trace.apply(task.program, repair=True).program
         cases.append(
-            Case(f"matmul {n}³", task, program, threads, (), f"gemm {n}³", GEMM_SPEEDUP_GOAL, None, f"examples/{name}")
+            Case(
+                f"matmul {n}³",
+                task,
+                program,
+                threads,
+                (),
+                f"gemm {n}³",
+                GEMM_SPEEDUP_GOAL,
+                None,
+                f"examples/{name}",
+            )
         )
     return cases
 

@@ -82,7 +82,17 @@ def contention_note(result: dict[str, Any]) -> str | None:
 
 def timed_table(result: dict[str, Any]) -> Table:
     """One row per case: loomtune and numpy side by side."""
-    headers = ["case", "schedule", "threads", "loomtune ms", "numpy ms", "ratio", "GFLOP/s", "compile ms", "correct"]  # fmt: skip
+    headers = [
+        "case",
+        "schedule",
+        "threads",
+        "loomtune ms",
+        "numpy ms",
+        "ratio",
+        "GFLOP/s",
+        "compile ms",
+        "correct",
+    ]
     rows = [
         [
             fmt_case(r),
@@ -133,7 +143,19 @@ def scaling_table(result: dict[str, Any]) -> Table:
 
 def compile_table(result: dict[str, Any]) -> Table:
     """One row per case: median cold compile and where the time goes."""
-    headers = ["case", "schedule", "threads", "compile ms (median)", "min–max", "lower", "emit", "LLVM", "IR lines", "correct", "goal"]  # fmt: skip
+    headers = [
+        "case",
+        "schedule",
+        "threads",
+        "compile ms (median)",
+        "min–max",
+        "lower",
+        "emit",
+        "LLVM",
+        "IR lines",
+        "correct",
+        "goal",
+    ]
     rows = []
     for r in result["rows"]:
         if "compile_times_ms" not in r:  # failed to compile: no times

@@ -47,7 +47,9 @@ def probe_ir(lanes: int, chains: int) -> str:
         "loop:",
         "  %i = phi i64 [0, %entry], [%i.next, %loop]",
     ]
-    lines += [f"  %a{c} = phi {vec} [zeroinitializer, %entry], [%b{c}, %loop]" for c in range(chains)]
+    lines += [
+        f"  %a{c} = phi {vec} [zeroinitializer, %entry], [%b{c}, %loop]" for c in range(chains)
+    ]
     lines += [
         f"  %b{c} = call {vec} @llvm.fma.v{lanes}f32({vec} %a{c}, {vec} <{half}>, {vec} <{tiny}>)"
         for c in range(chains)

@@ -44,7 +44,9 @@ Curve = list[float]
 """Best-so-far latency (ms) after 1, 2, ... trials; inf until a correct candidate."""
 
 
-def load_curves(results_dir: Path, labels: Sequence[str]) -> tuple[dict[str, list[list[Curve]]], list[str]]:
+def load_curves(
+    results_dir: Path, labels: Sequence[str]
+) -> tuple[dict[str, list[list[Curve]]], list[str]]:
     """Per machine kind, per workload (in `labels` order), the curves of every full tune run; and the files read."""
     curves: dict[str, list[list[Curve]]] = {}
     used: list[str] = []
@@ -55,7 +57,11 @@ def load_curves(results_dir: Path, labels: Sequence[str]) -> tuple[dict[str, lis
         by_case = {r["case"]: r.get("history_ms") for r in result.get("rows", [])}
         if not all(by_case.get(label) for label in labels):
             continue
-        cpu = result["target"].split("-mcpu=")[1].split()[0] if "-mcpu=" in result.get("target", "") else "?"
+        cpu = (
+            result["target"].split("-mcpu=")[1].split()[0]
+            if "-mcpu=" in result.get("target", "")
+            else "?"
+        )
         per_workload = curves.setdefault(cpu, [[] for _ in labels])
         for i, label in enumerate(labels):
             per_workload[i].append([math.inf if v is None else float(v) for v in by_case[label]])
@@ -68,7 +74,13 @@ def _total(curves: Sequence[Curve], weights: Sequence[float], trials: Sequence[i
 
 
 def replay(
-    curves: Sequence[Curve], weights: Sequence[float], budget: int, policy: str, *, batch: int = DEFAULT_BATCH, seed: int = 0
+    curves: Sequence[Curve],
+    weights: Sequence[float],
+    budget: int,
+    policy: str,
+    *,
+    batch: int = DEFAULT_BATCH,
+    seed: int = 0,
 ) -> tuple[float, list[int]]:
     """(weighted total, trials per workload) when `policy` spends `budget` in batches, as `TaskScheduler.run` does."""
     config = SchedulerConfig(policy=policy, batch_size=batch, seed=seed)
@@ -110,7 +122,11 @@ def foresight(
 
 
 def compare(
-    curves: Sequence[Sequence[Curve]], weights: Sequence[float], budget: int, draws: int, seed: int = 0
+    curves: Sequence[Sequence[Curve]],
+    weights: Sequence[float],
+    budget: int,
+    draws: int,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Mean change against round-robin and win rates of gradient and foresight over `draws` random draws."""
     rng = random.Random(seed)
@@ -132,7 +148,9 @@ def compare(
             name: {
                 "mean_change": statistics.fmean(values),
                 "below_round_robin": sum(v < 0 for v in values) / len(values),
-                "median_trials": [statistics.median(a[i] for a in trials[name]) for i in range(len(curves))],
+                "median_trials": [
+                    statistics.median(a[i] for a in trials[name]) for i in range(len(curves))
+                ],
             }
             for name, values in changes.items()
         },
@@ -150,7 +168,9 @@ def run(results_dir: Path, draws: int = 400, seed: int = 0) -> dict[str, Any]:
     weights = [float(w.weight) for w in SUITE]
     budget = 128 * len(SUITE)
     curves, used = load_curves(results_dir, labels)
-    machines = {cpu: compare(c, weights, budget, draws, seed) for cpu, c in sorted(curves.items()) if all(c)}
+    machines = {
+        cpu: compare(c, weights, budget, draws, seed) for cpu, c in sorted(curves.items()) if all(c)
+    }
     return {
         "format": harness.FORMAT,
         "suite": "scheduler_replay",
@@ -173,20 +193,32 @@ def run(results_dir: Path, draws: int = 400, seed: int = 0) -> dict[str, Any]:
     }
 
 
-def report_tables(result: dict[str, Any], footnote: str | None = None) -> list[tuple[str | None, Any, str | None]]:
-    headers = ["machine kind", "runs per workload", "draws", "gradient vs round-robin", "gradient below it",
-               "perfect foresight vs round-robin", "foresight's median trials"]  # fmt: skip
+def report_tables(
+    result: dict[str, Any], footnote: str | None = None
+) -> list[tuple[str | None, Any, str | None]]:
+    headers = [
+        "machine kind",
+        "runs per workload",
+        "draws",
+        "gradient vs round-robin",
+        "gradient below it",
+        "perfect foresight vs round-robin",
+        "foresight's median trials",
+    ]
     rows = []
     for cpu, m in result["machines"].items():
-        rows.append([
-            cpu,
-            str(min(m["runs_per_workload"])) + ("" if len(set(m["runs_per_workload"])) == 1 else "+"),
-            str(m["draws"]),
-            f"{m['gradient']['mean_change']:+.2%}",
-            f"{m['gradient']['below_round_robin']:.0%}",
-            f"{m['foresight']['mean_change']:+.2%}",
-            " / ".join(f"{t:.0f}" for t in m["foresight"]["median_trials"]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                cpu,
+                str(min(m["runs_per_workload"]))
+                + ("" if len(set(m["runs_per_workload"])) == 1 else "+"),
+                str(m["draws"]),
+                f"{m['gradient']['mean_change']:+.2%}",
+                f"{m['gradient']['below_round_robin']:.0%}",
+                f"{m['foresight']['mean_change']:+.2%}",
+                " / ".join(f"{t:.0f}" for t in m["foresight"]["median_trials"]),
+            ]
+        )
     note = (
         f"Weighted total = sum(weight × best after the trials given), weights {', '.join(f'{w:g}' for w in result['weights'])}, "
         f"one budget of {result['budget']} trials in batches of {result['batch']}; round-robin gives each workload "
@@ -201,15 +233,21 @@ def report_tables(result: dict[str, Any], footnote: str | None = None) -> list[t
 def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks import harness, report
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.scheduler_replay", description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=harness.RESULTS_DIR, help="where the tune runs are")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.scheduler_replay", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--results", type=Path, default=harness.RESULTS_DIR, help="where the tune runs are"
+    )
     parser.add_argument("--draws", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="result folder (default: --results)")
     args = parser.parse_args(argv)
     result = run(args.results, args.draws, args.seed)
     if not result["machines"]:
-        print(f"no full tune run with all {len(result['weights'])} suite workloads in {args.results}")
+        print(
+            f"no full tune run with all {len(result['weights'])} suite workloads in {args.results}"
+        )
         return 1
     path = harness.write_result(result, args.out or args.results, harness.utc_now())
     print(report.text_report(result))

@@ -107,9 +107,14 @@ def config_for(quick: bool) -> ServiceBenchConfig:
     url = os.environ.get("LOOMTUNE_TEST_DATABASE_URL") or PG_DEFAULT
     if quick:
         return ServiceBenchConfig(
-            throughput_s=1.0, throughput_workers=2, sweep=(1,), sweep_s=0.5, warmup_s=0.3,
-            measure_trials=None, postgres_url=url,
-        )  # fmt: skip
+            throughput_s=1.0,
+            throughput_workers=2,
+            sweep=(1,),
+            sweep_s=0.5,
+            warmup_s=0.3,
+            measure_trials=None,
+            postgres_url=url,
+        )
     return ServiceBenchConfig(postgres_url=url)
 
 
@@ -209,9 +214,13 @@ class Coordinator:
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = _env(database_url, LOOMTUNE_ADMIN_TOKEN=ADMIN)
         done = subprocess.run(
-            [*loomtune(), "db", "upgrade"], cwd=ROOT, env=self.env, capture_output=True,
-            text=True, timeout=300,
-        )  # fmt: skip
+            [*loomtune(), "db", "upgrade"],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"loomtune db upgrade failed: {done.stderr[-2000:]}")
         argv = [*loomtune(), "serve", "--host", "127.0.0.1", "--port", str(self.port)]
@@ -235,9 +244,12 @@ class Coordinator:
         import httpx
 
         r = httpx.post(
-            f"{self.url}/v1/tokens", json={"role": role, "owner": owner},
-            headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30, trust_env=False,
-        )  # fmt: skip
+            f"{self.url}/v1/tokens",
+            json={"role": role, "owner": owner},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+            timeout=30,
+            trust_env=False,
+        )
         r.raise_for_status()
         return r.json()["secret"]
 
@@ -311,9 +323,14 @@ class Fleet:
         op, params = MEASURE_WORKLOAD
         with self.sessions.write() as s:
             job = jobs.create_job(
-                s, owner="bench", task=library_task(op, params), target=Target.parse(SIM_TARGET).canonical(),
-                trials=10**9, strategy="replay", seed=0,
-            )  # fmt: skip
+                s,
+                owner="bench",
+                task=library_task(op, params),
+                target=Target.parse(SIM_TARGET).canonical(),
+                trials=10**9,
+                strategy="replay",
+                seed=0,
+            )
             job.status = "running"
             job.runner = RUNNER
             job.runner_expires_at = utc_now() + timedelta(hours=6)
@@ -546,9 +563,15 @@ def embedded_row(
             def body() -> dict[str, Any]:
                 start = time.perf_counter()
                 outcome = tune_task(
-                    task, threads=1, trials=config.measure_trials, strategy="replay", seed=0,
-                    database=database, runner=pool, compare=False,
-                )  # fmt: skip
+                    task,
+                    threads=1,
+                    trials=config.measure_trials,
+                    strategy="replay",
+                    seed=0,
+                    database=database,
+                    runner=pool,
+                    compare=False,
+                )
                 wall = time.perf_counter() - start
                 best = outcome.best.median_ms if outcome.best is not None else None
                 return {"wall_s": wall, "measured": outcome.run.trials_done, "best_ms": best}
@@ -794,71 +817,99 @@ def report_tables(
     tp = next((r for r in rows if r["case"] == "throughput"), None)
     if tp is not None:
         ok = tp["correct"]
-        goals_rows.append([
-            f"result submissions/s, {tp.get('workers', THROUGHPUT_WORKERS)} simulated workers{_mark(tp)}",
-            _f(tp.get("results_per_s"), 0) if ok else "failed",
-            f"≥ {GOAL_RESULTS_PER_S:.0f}",
-            "yes" if s["results_goal_met"] else "**no**",
-        ])  # fmt: skip
+        goals_rows.append(
+            [
+                f"result submissions/s, {tp.get('workers', THROUGHPUT_WORKERS)} simulated workers{_mark(tp)}",
+                _f(tp.get("results_per_s"), 0) if ok else "failed",
+                f"≥ {GOAL_RESULTS_PER_S:.0f}",
+                "yes" if s["results_goal_met"] else "**no**",
+            ]
+        )
         if ok:
             goals_rows.append(
                 [f"leases/s (batches of {batch}), same run", _f(tp["leases_per_s"], 0), "", ""]
             )
-            goals_rows.append([
-                "lease round trip, median / p95 ms, same run",
-                f"{_f(tp['lease_ms_median'])} / {_f(tp['lease_ms_p95'])}", "", "",
-            ])  # fmt: skip
+            goals_rows.append(
+                [
+                    "lease round trip, median / p95 ms, same run",
+                    f"{_f(tp['lease_ms_median'])} / {_f(tp['lease_ms_p95'])}",
+                    "",
+                    "",
+                ]
+            )
     sweep = [r for r in rows if r["case"] == "sweep"]
     if sweep:
         first = s.get("first_workers_over_limit")
-        goals_rows.append([
-            f"simulated workers served before lease p95 > {LEASE_P95_LIMIT_MS:.0f} ms",
-            f"{s.get('most_workers_under_limit') or 0} (first over: {first if first else 'none up to ' + str(max(r['workers'] for r in sweep))})",
-            "", "",
-        ])  # fmt: skip
+        goals_rows.append(
+            [
+                f"simulated workers served before lease p95 > {LEASE_P95_LIMIT_MS:.0f} ms",
+                f"{s.get('most_workers_under_limit') or 0} (first over: {first if first else 'none up to ' + str(max(r['workers'] for r in sweep))})",
+                "",
+                "",
+            ]
+        )
     emb = next((r for r in rows if r["case"] == "embedded"), None)
     clu = next((r for r in rows if r["case"] == "cluster"), None)
     if emb and clu:
-        goals_rows.append([
-            "measurement: 2 workers / embedded, candidates/s",
-            f"{_f(clu.get('candidates_per_s'), 2)} / {_f(emb.get('candidates_per_s'), 2)}"
-            + (f" ({s['cluster_over_embedded']:.2f}×)" if s.get("cluster_over_embedded") else ""),
-            "", "",
-        ])  # fmt: skip
+        goals_rows.append(
+            [
+                "measurement: 2 workers / embedded, candidates/s",
+                f"{_f(clu.get('candidates_per_s'), 2)} / {_f(emb.get('candidates_per_s'), 2)}"
+                + (
+                    f" ({s['cluster_over_embedded']:.2f}×)"
+                    if s.get("cluster_over_embedded")
+                    else ""
+                ),
+                "",
+                "",
+            ]
+        )
     goals = (["measure", "value", "goal", "met"], goals_rows)
     out: list[tuple[str | None, Any, str | None]] = [(None, goals, None)]
     table_rows = []
     for r in sweep:
         cpu = r.get("cpu_s", {})
-        table_rows.append([
-            f"{r['workers']}{_mark(r)}",
-            _f(r.get("lease_ms_median")),
-            _f(r.get("lease_ms_p95")),
-            _f(r.get("post_ms_median")),
-            _f(r.get("results_per_s"), 0),
-            _f(r.get("requests_per_s"), 0),
-            f"{_f(cpu.get('coordinator'))} / {_pg(cpu.get('postgres'))} / {_f(cpu.get('bench_process'))}",
-            "yes" if r["correct"] else f"**no**: {r.get('message')}",
-        ])  # fmt: skip
+        table_rows.append(
+            [
+                f"{r['workers']}{_mark(r)}",
+                _f(r.get("lease_ms_median")),
+                _f(r.get("lease_ms_p95")),
+                _f(r.get("post_ms_median")),
+                _f(r.get("results_per_s"), 0),
+                _f(r.get("requests_per_s"), 0),
+                f"{_f(cpu.get('coordinator'))} / {_pg(cpu.get('postgres'))} / {_f(cpu.get('bench_process'))}",
+                "yes" if r["correct"] else f"**no**: {r.get('message')}",
+            ]
+        )
     if table_rows:
         caption = (
             f"Simulated workers (threads, one httpx client each, batches of {batch}, no measuring), "
             f"{details.get('measure', {}).get('sweep_s', 0):g} s each:"
         )
-        headers = ["workers", "lease ms median", "lease ms p95", "post ms median", "results/s",
-                   "requests/s", "CPU s coordinator / PostgreSQL / clients", "ok"]  # fmt: skip
+        headers = [
+            "workers",
+            "lease ms median",
+            "lease ms p95",
+            "post ms median",
+            "results/s",
+            "requests/s",
+            "CPU s coordinator / PostgreSQL / clients",
+            "ok",
+        ]
         out.append((caption, (headers, table_rows), None))
     mrows = []
     for r in (emb, clu):
         if r is None:
             continue
-        mrows.append([
-            r["label"] + _mark(r),
-            str(r.get("candidates", "—")),
-            _f(r.get("wall_s"), 2),
-            _f(r.get("candidates_per_s"), 2),
-            "yes" if r["correct"] else f"**no**: {r.get('message')}",
-        ])  # fmt: skip
+        mrows.append(
+            [
+                r["label"] + _mark(r),
+                str(r.get("candidates", "—")),
+                _f(r.get("wall_s"), 2),
+                _f(r.get("candidates_per_s"), 2),
+                "yes" if r["correct"] else f"**no**: {r.get('message')}",
+            ]
+        )
     if mrows:
         op, params = MEASURE_WORKLOAD
         caption = (

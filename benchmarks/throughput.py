@@ -308,9 +308,14 @@ def measure_run(
         def timing() -> list[float]:
             children_before, parent_before = children_cpu(), time.process_time()
             outcome["run"] = tune_loop(
-                task, target, strategy=strategy, runner=runner, database=database,
-                trials=setup.trials, on_trial=trials.append,
-            )  # fmt: skip
+                task,
+                target,
+                strategy=strategy,
+                runner=runner,
+                database=database,
+                trials=setup.trials,
+                on_trial=trials.append,
+            )
             outcome["parent_cpu_s"] = time.process_time() - parent_before
             outcome["children_cpu_s"] = children_cpu() - children_before
             return [outcome["run"].seconds]
@@ -445,7 +450,19 @@ def _case(row: dict[str, Any]) -> str:
 
 
 def rate_table(result: dict[str, Any]) -> Table:
-    headers = ["workload", "space", "cores", "candidates", "loop s", "candidates/s", "per core", "start-up s", "failures", "correct", "goal"]  # fmt: skip
+    headers = [
+        "workload",
+        "space",
+        "cores",
+        "candidates",
+        "loop s",
+        "candidates/s",
+        "per core",
+        "start-up s",
+        "failures",
+        "correct",
+        "goal",
+    ]
     rows = []
     for r in result["rows"]:
         met = "–" if r["met"] is None else "met" if r["met"] else "not met"
@@ -478,7 +495,23 @@ def _per_candidate_ms(row: dict[str, Any], seconds: float) -> str:
 
 def split_table(result: dict[str, Any]) -> Table:
     """Where a candidate's time goes: in the parent (wall, per candidate) and in a measurement process."""
-    headers = ["workload", "space", "cores", "propose", "wait", "record", "other", "child", "replay", "lower", "emit", "LLVM", "verify", "timing", "busy"]  # fmt: skip
+    headers = [
+        "workload",
+        "space",
+        "cores",
+        "propose",
+        "wait",
+        "record",
+        "other",
+        "child",
+        "replay",
+        "lower",
+        "emit",
+        "LLVM",
+        "verify",
+        "timing",
+        "busy",
+    ]
     rows = []
     for r in result["rows"]:
         p, ph = r["parent_s"], r["phases_ms"]

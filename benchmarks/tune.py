@@ -85,11 +85,34 @@ class Workload:
 SUITE = (
     Workload("matmul 512³", "matmul", {"m": 512, "n": 512, "k": 512}, 1),
     Workload("matmul 1024³", "matmul", {"m": 1024, "n": 1024, "k": 1024}, 1),
-    Workload("dense+bias+relu 128×768→3072", "dense", {"m": 128, "k": 768, "n": 3072, "bias": 1, "relu": 1}, 4),
-    Workload("conv2d_nhwc 1×56×56×64→64 3×3", "conv2d_nhwc", {"n": 1, "h": 56, "w": 56, "ci": 64, "co": 64, "kh": 3, "kw": 3, "stride": 1, "pad": 1, "dilation": 1}, 4),
-    Workload("batch_matmul 12×128×128×64", "batch_matmul", {"b": 12, "m": 128, "n": 128, "k": 64}, 2),
+    Workload(
+        "dense+bias+relu 128×768→3072",
+        "dense",
+        {"m": 128, "k": 768, "n": 3072, "bias": 1, "relu": 1},
+        4,
+    ),
+    Workload(
+        "conv2d_nhwc 1×56×56×64→64 3×3",
+        "conv2d_nhwc",
+        {
+            "n": 1,
+            "h": 56,
+            "w": 56,
+            "ci": 64,
+            "co": 64,
+            "kh": 3,
+            "kw": 3,
+            "stride": 1,
+            "pad": 1,
+            "dilation": 1,
+        },
+        4,
+    ),
+    Workload(
+        "batch_matmul 12×128×128×64", "batch_matmul", {"b": 12, "m": 128, "n": 128, "k": 64}, 2
+    ),
     Workload("softmax 4096×1024", "softmax", {"m": 4096, "n": 1024}, 2),
-)  # fmt: skip
+)
 
 QUICK_SUITE = (
     Workload("matmul 32³", "matmul", {"m": 32, "n": 32, "k": 32}, 1),
@@ -249,7 +272,12 @@ def compare(
                 fns.append(tvm_kernel.call)
                 names.append("tvm")
     with limit_numpy_threads(1):
-        timings = dict(zip(names, time_interleaved(fns, config, rounds=FINAL_ROUNDS, round_pause_s=round_pause_s)))
+        timings = dict(
+            zip(
+                names,
+                time_interleaved(fns, config, rounds=FINAL_ROUNDS, round_pause_s=round_pause_s),
+            )
+        )
     latency = timings["loomtune"].median_ms
     for name in ("loomtune", "numpy", "torch", "tvm"):
         out[name] = _timing(timings[name]) if name in timings else None
@@ -358,10 +386,16 @@ def tune_one(
     try:
         start = time.perf_counter()
         outcome = tune_task(
-            task, threads=1, trials=trials, strategy=strategy, database=database,
+            task,
+            threads=1,
+            trials=trials,
+            strategy=strategy,
+            database=database,
             seed=ctx.seed if seed is None else seed,
-            runner=pool, on_trial=on_trial, compare=False,
-        )  # fmt: skip
+            runner=pool,
+            on_trial=on_trial,
+            compare=False,
+        )
         tune_s = time.perf_counter() - start
         helped = _pool_cpu(pool)
         searched = max(0.0, _search_cpu() - search_before)
@@ -435,9 +469,22 @@ def final_comparison(
     from benchmarks import harness
 
     if kernel is None:
-        return {"correct": False, "message": "no correct candidate", "latency_ms": None, "numpy_ms": None,
-                "torch_ms": None, "ratio_numpy": None, "ratio_torch": None, "others_load": None, "contended": False,
-                **({"tvm_ms": None, "ratio_tvm": None, "tvm_ratio_numpy": None, "tvm_message": None} if tvm else {})}  # fmt: skip
+        return {
+            "correct": False,
+            "message": "no correct candidate",
+            "latency_ms": None,
+            "numpy_ms": None,
+            "torch_ms": None,
+            "ratio_numpy": None,
+            "ratio_torch": None,
+            "others_load": None,
+            "contended": False,
+            **(
+                {"tvm_ms": None, "ratio_tvm": None, "tvm_ratio_numpy": None, "tvm_message": None}
+                if tvm
+                else {}
+            ),
+        }
     if ctx.quiet_wait_s > 0:
         harness.wait_until_quiet(ctx.quiet_wait_s)
     before = harness.cpu_snapshot()
@@ -514,20 +561,35 @@ def evo_vs_replay(
         evo_row = None
         if main_row is None or seed != ctx.seed:
             evo_row = tune_one(
-                ctx, workload.task(), trials=trials, strategy="evolutionary", seed=seed,
-                db_file=ctx.folder / f"evo-{index}-{seed}.sqlite", label=f"{workload.name} evolutionary seed {seed}",
+                ctx,
+                workload.task(),
+                trials=trials,
+                strategy="evolutionary",
+                seed=seed,
+                db_file=ctx.folder / f"evo-{index}-{seed}.sqlite",
+                label=f"{workload.name} evolutionary seed {seed}",
                 final=False,
-            )  # fmt: skip
+            )
         rep_row = tune_one(
-            ctx, workload.task(), trials=trials, strategy="replay", seed=seed,
-            db_file=ctx.folder / f"replay-{index}-{seed}.sqlite", label=f"{workload.name} replay seed {seed}",
+            ctx,
+            workload.task(),
+            trials=trials,
+            strategy="replay",
+            seed=seed,
+            db_file=ctx.folder / f"replay-{index}-{seed}.sqlite",
+            label=f"{workload.name} replay seed {seed}",
             final=False,
-        )  # fmt: skip
+        )
         evo_history = evo_row["history_ms"] if evo_row is not None else main_history
         per_seed.append(
-            {"seed": seed, "evolutionary_ms": best_after(evo_history, trials),
-             "replay_ms": best_after(rep_row["history_ms"], trials), "evolutionary": evo_row, "replay": rep_row}
-        )  # fmt: skip
+            {
+                "seed": seed,
+                "evolutionary_ms": best_after(evo_history, trials),
+                "replay_ms": best_after(rep_row["history_ms"], trials),
+                "evolutionary": evo_row,
+                "replay": rep_row,
+            }
+        )
 
     def at(p: dict[str, Any], key: str, n: int) -> float | None:
         row = p[key]
@@ -549,7 +611,9 @@ def evo_vs_replay(
         duels = []
         for p in per_seed:
             evo = p["evolutionary"] if p["evolutionary"] is not None else main_row
-            ctx.log(f"  {workload.name}, seed {p['seed']}: the best kernels after {n} trials head to head")
+            ctx.log(
+                f"  {workload.name}, seed {p['seed']}: the best kernels after {n} trials head to head"
+            )
             duels.append(duel_at(ctx, task, {"evolutionary": evo, "replay": p["replay"]}, n))
         ratios = [_duel_ratio(d) for d in duels]
         ratio = _median_or_none(ratios)
@@ -695,11 +759,26 @@ def reuse(
         tag = f" seed {s}" if len(seeds) > 1 else ""
         warm_db = ctx.folder / f"reuse-warm-{s}.sqlite"
         shutil.copyfile(source_db, warm_db)
-        warm = tune_one(ctx, task, trials=warm_trials, strategy="evolutionary", db_file=warm_db, seed=s,
-                        label=f"matmul 1000³ with 1024³'s records{tag}", final=True)  # fmt: skip
-        cold = tune_one(ctx, task, trials=cold_trials, strategy="evolutionary", seed=s,
-                        db_file=ctx.folder / f"reuse-cold-{s}.sqlite", label=f"matmul 1000³ cold{tag}",
-                        final=True)  # fmt: skip
+        warm = tune_one(
+            ctx,
+            task,
+            trials=warm_trials,
+            strategy="evolutionary",
+            db_file=warm_db,
+            seed=s,
+            label=f"matmul 1000³ with 1024³'s records{tag}",
+            final=True,
+        )
+        cold = tune_one(
+            ctx,
+            task,
+            trials=cold_trials,
+            strategy="evolutionary",
+            seed=s,
+            db_file=ctx.folder / f"reuse-cold-{s}.sqlite",
+            label=f"matmul 1000³ cold{tag}",
+            final=True,
+        )
         runs.append((warm, cold))
         duels.append(head_to_head(ctx, task, {"warm": warm, "cold": cold}))
     warm_by_seed = [w["history_ms"][-1] if w["history_ms"] else None for w, _ in runs]
@@ -729,13 +808,17 @@ def reuse(
     }
 
 
-def head_to_head(ctx: Context, task: Task, rows: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+def head_to_head(
+    ctx: Context, task: Task, rows: dict[str, dict[str, Any]]
+) -> dict[str, Any] | None:
     """The best kernels of several runs, compiled from their traces, verified, and timed
     interleaved in one call (with numpy for scale): the fair comparison of what each run
     found. None when a run found no correct kernel."""
     if any(not row.get("best_trace_json") for row in rows.values()):
         return None
-    return time_kernels(ctx, task, _compile_traces(task, {k: r["best_trace_json"] for k, r in rows.items()}, rows))
+    return time_kernels(
+        ctx, task, _compile_traces(task, {k: r["best_trace_json"] for k, r in rows.items()}, rows)
+    )
 
 
 def _compile_traces(
@@ -746,12 +829,16 @@ def _compile_traces(
     from tuner.trace.trace import Trace
 
     return {
-        name: compile_program(Trace.from_json(t).apply(task.program).program, Target.parse(rows[name]["target"]))
+        name: compile_program(
+            Trace.from_json(t).apply(task.program).program, Target.parse(rows[name]["target"])
+        )
         for name, t in traces.items()
     }
 
 
-def duel_at(ctx: Context, task: Task, rows: Mapping[str, dict[str, Any]], n: int) -> dict[str, Any] | None:
+def duel_at(
+    ctx: Context, task: Task, rows: Mapping[str, dict[str, Any]], n: int
+) -> dict[str, Any] | None:
     """The kernels that were each run's best after `n` trials (`best_trace_json_at`), timed
     interleaved in one call (`time_kernels`); one kernel found by both is not timed
     against itself. None when a run had no correct kernel by then."""
@@ -765,7 +852,9 @@ def duel_at(ctx: Context, task: Task, rows: Mapping[str, dict[str, Any]], n: int
     return time_kernels(ctx, task, _compile_traces(task, traces, rows))  # type: ignore[arg-type]
 
 
-def time_kernels(ctx: Context, task: Task, kernels: Mapping[str, Kernel | None]) -> dict[str, Any] | None:
+def time_kernels(
+    ctx: Context, task: Task, kernels: Mapping[str, Kernel | None]
+) -> dict[str, Any] | None:
     """Verify the kernels, then time them and numpy interleaved in one call (pooled rounds):
     `{name}_ms` per kernel and `numpy_ms`. None when one is missing or wrong."""
     from benchmarks import harness
@@ -787,7 +876,9 @@ def time_kernels(ctx: Context, task: Task, kernels: Mapping[str, Kernel | None])
         harness.wait_until_quiet(ctx.quiet_wait_s)
     before = harness.cpu_snapshot()
     with limit_numpy_threads(1):
-        timings = time_interleaved(fns, ctx.measure, rounds=FINAL_ROUNDS, round_pause_s=ctx.round_pause_s)
+        timings = time_interleaved(
+            fns, ctx.measure, rounds=FINAL_ROUNDS, round_pause_s=ctx.round_pause_s
+        )
     load = harness.others_load(before, harness.cpu_snapshot())
     out: dict[str, Any] = {f"{name}_ms": t.median_ms for name, t in zip(kernels, timings)}
     out["numpy_ms"] = timings[-1].median_ms
@@ -815,12 +906,30 @@ def _tune_arm(
 
     if arm != "independent":
         database = open_database(f"sqlite:///{ctx.folder / f'sched-{arm}-{seed}.sqlite'}")
-        return tune_tasks(tasks, threads=1, trials=per_task * len(tasks), seed=seed, database=database,
-                          runner=pool, policy=arm, compare=False).outcomes  # fmt: skip
+        return tune_tasks(
+            tasks,
+            threads=1,
+            trials=per_task * len(tasks),
+            seed=seed,
+            database=database,
+            runner=pool,
+            policy=arm,
+            compare=False,
+        ).outcomes
     out = []
     for i, (task, _) in enumerate(tasks):
         database = open_database(f"sqlite:///{ctx.folder / f'sched-independent-{seed}-{i}.sqlite'}")
-        out.append(tune_task(task, threads=1, trials=per_task, seed=seed, database=database, runner=pool, compare=False))
+        out.append(
+            tune_task(
+                task,
+                threads=1,
+                trials=per_task,
+                seed=seed,
+                database=database,
+                runner=pool,
+                compare=False,
+            )
+        )
     return out
 
 
@@ -872,18 +981,23 @@ def scheduler(
             after = harness.cpu_snapshot()
             load = harness.others_load(before, _add_own(after, helped) if after else None)
             kernels[arm] = [o.kernel for o in outcomes]
-            runs[arm].append({
-                "seed": seed,
-                "seconds": seconds,
-                "trials_per_task": [o.run.trials_done for o in outcomes],
-                "best_while_tuning_ms": [o.run.best_trial.best_ms if o.run.best_trial else None for o in outcomes],
-                "pool_cpu_s": helped,
-                "others_load": load,
-                "contended": harness.is_contended(load),
-            })  # fmt: skip
+            runs[arm].append(
+                {
+                    "seed": seed,
+                    "seconds": seconds,
+                    "trials_per_task": [o.run.trials_done for o in outcomes],
+                    "best_while_tuning_ms": [
+                        o.run.best_trial.best_ms if o.run.best_trial else None for o in outcomes
+                    ],
+                    "pool_cpu_s": helped,
+                    "others_load": load,
+                    "contended": harness.is_contended(load),
+                }
+            )
             ctx.log(f"  scheduler {arm}, seed {seed}: tuned in {seconds:.0f} s")
         timed = [
-            time_kernels(ctx, task, {a: kernels[a][i] for a in SCHEDULER_ARMS}) for i, (task, _) in enumerate(tasks)
+            time_kernels(ctx, task, {a: kernels[a][i] for a in SCHEDULER_ARMS})
+            for i, (task, _) in enumerate(tasks)
         ]
         for arm in SCHEDULER_ARMS:
             run = runs[arm][-1]
@@ -891,10 +1005,16 @@ def scheduler(
             run["latency_ms"] = latencies
             run["numpy_ms"] = [None if t is None else t["numpy_ms"] for t in timed]
             run["weighted_latency_ms"] = (
-                None if None in latencies else sum(w * lat for w, lat in zip(out["weights"], latencies))  # type: ignore[operator]
+                None
+                if None in latencies
+                else sum(w * lat for w, lat in zip(out["weights"], latencies))  # type: ignore[operator]
             )
-            run["contended"] = run["contended"] or any(t is not None and t["contended"] for t in timed)
-            ctx.log(f"  scheduler {arm}, seed {seed}: weighted latency {run['weighted_latency_ms']} ms (head to head)")
+            run["contended"] = run["contended"] or any(
+                t is not None and t["contended"] for t in timed
+            )
+            ctx.log(
+                f"  scheduler {arm}, seed {seed}: weighted latency {run['weighted_latency_ms']} ms (head to head)"
+            )
     out["seeds"] = seeds
     for arm, per_seed in runs.items():
         out[arm] = per_seed[0]  # the first seed's run in full (trials per task, times)
@@ -976,7 +1096,9 @@ def run(
         }
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="loomtune-tune-") as tmp:
-        ctx = Context(Path(tmp), seed, quiet_wait_s, measure, log, with_torch, 0.0 if quick else ROUND_PAUSE_S)
+        ctx = Context(
+            Path(tmp), seed, quiet_wait_s, measure, log, with_torch, 0.0 if quick else ROUND_PAUSE_S
+        )
         db_files: dict[str, Path] = {}
         for w in workloads if main else ():
             task = w.task()
@@ -988,9 +1110,14 @@ def run(
                 )
             log(f"tuning {w.name} ({trials} trials)")
             row = tune_one(
-                ctx, task, trials=trials, strategy=strategy, db_file=db_files[w.name], label=w.name,
+                ctx,
+                task,
+                trials=trials,
+                strategy=strategy,
+                db_file=db_files[w.name],
+                label=w.name,
                 tvm=tvm_factory,
-            )  # fmt: skip
+            )
             row["weight"] = w.weight
             if tvm_meta is not None:
                 row["tvm"] = tvm_row(tvm_meta, trials)
@@ -1044,9 +1171,15 @@ def tvm_reference(
 
     log(f"TVM MetaSchedule on {w.name} ({trials} trials)")
     meta, folder = tvm_ref.tune_cached(
-        w.op, w.params, trials=trials, seed=seed, time_limit_s=settings["time_limit_s"],
-        cache_dir=cache_dir or tvm_ref.CACHE_DIR, retune=retune, log=log,
-    )  # fmt: skip
+        w.op,
+        w.params,
+        trials=trials,
+        seed=seed,
+        time_limit_s=settings["time_limit_s"],
+        cache_dir=cache_dir or tvm_ref.CACHE_DIR,
+        retune=retune,
+        log=log,
+    )
     if meta["cached"]:
         log(
             f"  TVM: cached run of {meta['tuned_utc']}: {meta['trials_done']} trials in {meta['tune_s']:.0f} s"
@@ -1058,9 +1191,26 @@ def tvm_reference(
 def tvm_row(meta: dict[str, Any], trials: int) -> dict[str, Any]:
     """What a row says about TVM's tuning: curve, times, and whether it came from the cache."""
     history = meta["history_ms"]
-    keep = ("cached", "tuned_utc", "tune_s", "trials", "trials_done", "stop_reason", "history_ms",
-            "trial_times_s", "best_tuning_ms", "statuses", "first_error", "folder", "key", "versions",
-            "target", "time_limit_s", "tuning_others_load", "tuning_contended")  # fmt: skip
+    keep = (
+        "cached",
+        "tuned_utc",
+        "tune_s",
+        "trials",
+        "trials_done",
+        "stop_reason",
+        "history_ms",
+        "trial_times_s",
+        "best_tuning_ms",
+        "statuses",
+        "first_error",
+        "folder",
+        "key",
+        "versions",
+        "target",
+        "time_limit_s",
+        "tuning_others_load",
+        "tuning_contended",
+    )
     out = {k: meta.get(k) for k in keep}
     out["checkpoints_ms"] = {
         str(c): history[c - 1] if len(history) >= c else None for c in checkpoints(trials)
@@ -1140,7 +1290,9 @@ def goal_cell(row: dict[str, Any], peak_gflops: float | None = None) -> str:
     return f"{text} ({value:.2f}×: {'met' if met else 'not met'}{asks})"
 
 
-def goal_peak_fraction(row: dict[str, Any], ratio: float, peak_gflops: float | None) -> float | None:
+def goal_peak_fraction(
+    row: dict[str, Any], ratio: float, peak_gflops: float | None
+) -> float | None:
     """The fraction of the FMA peak that `ratio` × numpy's speed on this row stands for."""
     if not row.get("numpy_ms") or not row.get("flops"):
         return None
@@ -1220,8 +1372,14 @@ def tvm_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | Non
     if not tune.get("tvm"):
         return None
     checkpoints = tune["checkpoints"]
-    headers = ["workload", *[f"TVM best @{c} ms" for c in checkpoints], "trials", "tuning s",
-               "stopped by", "tuned (UTC)"]  # fmt: skip
+    headers = [
+        "workload",
+        *[f"TVM best @{c} ms" for c in checkpoints],
+        "trials",
+        "tuning s",
+        "stopped by",
+        "tuned (UTC)",
+    ]
     rows = []
     for r in result["rows"]:
         t = r.get("tvm")
@@ -1231,14 +1389,16 @@ def tvm_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | Non
         when += " (cached run)" if t["cached"] else " (this run)"
         if t.get("tuning_contended"):
             when += " †"
-        rows.append([
-            r["case"],
-            *[fmt(t["checkpoints_ms"].get(str(c))) for c in checkpoints],
-            str(t["trials_done"]),
-            f"{t['tune_s']:.0f}",
-            t["stop_reason"],
-            when,
-        ])  # fmt: skip
+        rows.append(
+            [
+                r["case"],
+                *[fmt(t["checkpoints_ms"].get(str(c))) for c in checkpoints],
+                str(t["trials_done"]),
+                f"{t['tune_s']:.0f}",
+                t["stop_reason"],
+                when,
+            ]
+        )
     return headers, rows
 
 
@@ -1270,8 +1430,11 @@ def tvm_note(result: dict[str, Any]) -> str:
             + ", ".join(cached)
             + "; its kernels were re-timed in this run."
         )
-    stopped = [f"{r['case']} ({r['tvm']['trials_done']} trials, {r['tvm']['stop_reason']})"
-               for r in rows if r["tvm"]["stop_reason"] != "budget"]  # fmt: skip
+    stopped = [
+        f"{r['case']} ({r['tvm']['trials_done']} trials, {r['tvm']['stop_reason']})"
+        for r in rows
+        if r["tvm"]["stop_reason"] != "budget"
+    ]
     if stopped:
         parts.append("TVM stopped before its budget: " + "; ".join(stopped) + ".")
     missing = [r["case"] for r in rows if r.get("correct") and r.get("tvm_ms") is None]
@@ -1287,9 +1450,14 @@ def tvm_note(result: dict[str, Any]) -> str:
         met = sum(g["met"] for g in goals)
         parts.append(
             f"Goal against TVM met on {met} of {len(goals)} workloads"
-            + ("." if met == len(goals) else ": not there yet on "
-               + ", ".join(r["case"] for r, g in zip(rows, goals) if not g["met"]) + ".")
-        )  # fmt: skip
+            + (
+                "."
+                if met == len(goals)
+                else ": not there yet on "
+                + ", ".join(r["case"] for r, g in zip(rows, goals) if not g["met"])
+                + "."
+            )
+        )
     return " ".join(parts)
 
 
@@ -1302,22 +1470,41 @@ def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
         seeds = e.get("seeds") or [result["seed"]]
         if e.get("verdict_on") == "head_to_head":
             duels = ", ".join(
-                f"{fmt(d['warm_ms'])} vs {fmt(d['cold_ms'])}" if d else "no kernel" for d in e["head_to_head"]
+                f"{fmt(d['warm_ms'])} vs {fmt(d['cold_ms'])}" if d else "no kernel"
+                for d in e["head_to_head"]
             )
-            per_seed = ", ".join(f"{fmt(w)} vs {fmt(c)}" for w, c in zip(e["warm_by_seed"], e["cold_by_seed"]))
-            shown = (f"head to head (both best kernels timed in one call), median cold/warm over {len(seeds)} "
-                     f"seed(s): {fmt(e['cold_over_warm'])} (per seed, ms: {duels}); best while tuning, "
-                     f"median: {fmt(e['warm_best_ms'])} vs {fmt(e['cold_best_ms'])} ms (per seed: {per_seed})")
+            per_seed = ", ".join(
+                f"{fmt(w)} vs {fmt(c)}" for w, c in zip(e["warm_by_seed"], e["cold_by_seed"])
+            )
+            shown = (
+                f"head to head (both best kernels timed in one call), median cold/warm over {len(seeds)} "
+                f"seed(s): {fmt(e['cold_over_warm'])} (per seed, ms: {duels}); best while tuning, "
+                f"median: {fmt(e['warm_best_ms'])} vs {fmt(e['cold_best_ms'])} ms (per seed: {per_seed})"
+            )
         elif len(seeds) > 1:
-            per_seed = ", ".join(f"{fmt(w)} vs {fmt(c)}" for w, c in zip(e["warm_by_seed"], e["cold_by_seed"]))
-            finals = ", ".join(f"{fmt(w)} vs {fmt(c)}" for w, c in zip(e["warm_final_by_seed"], e["cold_final_by_seed"]))
-            shown = (f"median of {len(seeds)} seeds: {fmt(e['warm_best_ms'])} ms vs {fmt(e['cold_best_ms'])} ms "
-                     f"(per seed: {per_seed}; re-timed finals: {finals})")
+            per_seed = ", ".join(
+                f"{fmt(w)} vs {fmt(c)}" for w, c in zip(e["warm_by_seed"], e["cold_by_seed"])
+            )
+            finals = ", ".join(
+                f"{fmt(w)} vs {fmt(c)}"
+                for w, c in zip(e["warm_final_by_seed"], e["cold_final_by_seed"])
+            )
+            shown = (
+                f"median of {len(seeds)} seeds: {fmt(e['warm_best_ms'])} ms vs {fmt(e['cold_best_ms'])} ms "
+                f"(per seed: {per_seed}; re-timed finals: {finals})"
+            )
         else:
-            shown = (f"{fmt(e['warm_best_ms'])} ms vs {fmt(e['cold_best_ms'])} ms "
-                     f"(final: {fmt(e['warm']['latency_ms'])} vs {fmt(e['cold']['latency_ms'])})")
-        rows.append([f"matmul 1000³: {e['warm_trials']} trials with 1024³'s records vs {e['cold_trials']} cold",
-                     shown, "met" if e["met"] else "not met"])  # fmt: skip
+            shown = (
+                f"{fmt(e['warm_best_ms'])} ms vs {fmt(e['cold_best_ms'])} ms "
+                f"(final: {fmt(e['warm']['latency_ms'])} vs {fmt(e['cold']['latency_ms'])})"
+            )
+        rows.append(
+            [
+                f"matmul 1000³: {e['warm_trials']} trials with 1024³'s records vs {e['cold_trials']} cold",
+                shown,
+                "met" if e["met"] else "not met",
+            ]
+        )
     if "scheduler" in ex:
         rows.append(scheduler_row(ex["scheduler"], result["seed"]))
     if not rows:
@@ -1346,13 +1533,16 @@ def scheduler_row(e: dict[str, Any], default_seed: int) -> list[str]:
         f"{e[a]['seconds']:.0f} s)"
         for a in arms
     ]
-    label = f"task scheduler, weights {weights}, {e['budget']} trials: " + " vs ".join(described[:2])
+    label = f"task scheduler, weights {weights}, {e['budget']} trials: " + " vs ".join(
+        described[:2]
+    )
     if len(arms) > 2:
         label += f"; {described[2]} beside"
     shown = " vs ".join(f"{fmt(totals[a])}" for a in arms) + " ms"
     if len(seeds) > 1:
         per_seed = ", ".join(
-            " vs ".join(fmt(v) for v in vals) for vals in zip(*(e[f"{a}_weighted_by_seed"] for a in arms))
+            " vs ".join(fmt(v) for v in vals)
+            for vals in zip(*(e[f"{a}_weighted_by_seed"] for a in arms))
         )
         shown = f"median of {len(seeds)} seeds: {shown} (weighted totals of the {timed}; per seed: {per_seed})"
     else:
@@ -1384,14 +1574,23 @@ def evo_replay_rows(ex: dict[str, Any], seed: int) -> list[list[str]]:
         seeds = e.get("seeds") or [seed]
         median = f", median of {len(seeds)} seeds" if len(seeds) > 1 else ""
         budget = _medians_at(e, e["trials"]) or (e["evolutionary_ms"], e["replay_ms"])
-        rows.append([f"evolutionary vs replay, {e['workload']}, {e['trials']} trials{median}",
-                     _evo_replay_value(e, e["trials"], budget),
-                     _verdict(_ahead_at(e, e["trials"]))])  # fmt: skip
+        rows.append(
+            [
+                f"evolutionary vs replay, {e['workload']}, {e['trials']} trials{median}",
+                _evo_replay_value(e, e["trials"], budget),
+                _verdict(_ahead_at(e, e["trials"])),
+            ]
+        )
         for n in e.get("checkpoints") or {}:
             medians = _medians_at(e, int(n))
             if int(n) in EVO_GOAL_AT and int(n) != e["trials"] and medians is not None:
-                rows.append([f"… the same runs after {n} trials{median}",
-                             _evo_replay_value(e, int(n), medians), _verdict(_ahead_at(e, int(n)))])  # fmt: skip
+                rows.append(
+                    [
+                        f"… the same runs after {n} trials{median}",
+                        _evo_replay_value(e, int(n), medians),
+                        _verdict(_ahead_at(e, int(n))),
+                    ]
+                )
     if entries and "workloads" in ex["evo_replay"]:
         seeds = ex["evo_replay"].get("seeds") or [seed]
         over = f"median of {len(seeds)} seeds" if len(seeds) > 1 else f"seed {seeds[0]}"
@@ -1405,9 +1604,10 @@ def evo_replay_rows(ex: dict[str, Any], seed: int) -> list[list[str]]:
         if suite_complete(entries):
             verdicts = [
                 f"{'met' if ahead[str(n)]['ahead'] >= EVO_GOAL_AHEAD else 'not met'} at {n}"
-                if str(n) in ahead else f"{n} not run"
+                if str(n) in ahead
+                else f"{n} not run"
                 for n in EVO_GOAL_AT
-            ]  # fmt: skip
+            ]
             goal = f"≥ {EVO_GOAL_AHEAD} of {len(SUITE)}: " + ", ".join(verdicts)
         rows.append([f"evolutionary ahead of replay ({over})", counts, goal])
     return rows
@@ -1534,8 +1734,12 @@ def extras_note(result: dict[str, Any]) -> str | None:
         else:
             parts.append(
                 "Reuse: best while tuning, then (final) both best kernels re-timed interleaved with numpy"
-                + (f"; seeds {', '.join(map(str, ex['reuse']['seeds']))}, the verdict on the medians of the best "
-                   "while tuning, the curves of the first seed." if len(ex["reuse"].get("seeds") or []) > 1 else ".")
+                + (
+                    f"; seeds {', '.join(map(str, ex['reuse']['seeds']))}, the verdict on the medians of the best "
+                    "while tuning, the curves of the first seed."
+                    if len(ex["reuse"].get("seeds") or []) > 1
+                    else "."
+                )
             )
     if "scheduler" in ex:
         e = ex["scheduler"]
@@ -1565,9 +1769,15 @@ def extras_note(result: dict[str, Any]) -> str | None:
                 f"others, so they get more than {e['per_task']} each."
             )
         parts.append(
-            "Task scheduler: the weighted total is " + timing + baseline
-            + (f" Seeds {', '.join(map(str, seeds))}, the arms alternating seed by seed; the verdict "
-               "compares the medians." if len(seeds) > 1 else "")
+            "Task scheduler: the weighted total is "
+            + timing
+            + baseline
+            + (
+                f" Seeds {', '.join(map(str, seeds))}, the arms alternating seed by seed; the verdict "
+                "compares the medians."
+                if len(seeds) > 1
+                else ""
+            )
             + (f" Contended (> 10% others) during: {', '.join(contended)}." if contended else "")
         )
     return " ".join(parts) or None
@@ -1706,7 +1916,10 @@ def run_and_write(
     before = harness.cpu_snapshot()
     rows, extra = run(log=log, **kwargs)
     after = harness.cpu_snapshot()
-    helped = sum((r.get("pool_cpu_s") or 0.0) + (r.get("search_cpu_s") or 0.0) for r in _all_rows(rows, extra["tune"]))
+    helped = sum(
+        (r.get("pool_cpu_s") or 0.0) + (r.get("search_cpu_s") or 0.0)
+        for r in _all_rows(rows, extra["tune"])
+    )
     if after is not None:
         after = dataclasses.replace(after, own=after.own + helped)
     result: dict[str, Any] = {

@@ -386,9 +386,16 @@ def tune_cached(
     """
     tvm_versions = require_tvm()
     target = host_target()
-    key = cache_key(op, params, trials=trials, target=target, seed=seed,
-                    time_limit_s=time_limit_s, tvm_versions=tvm_versions,
-                    variant=None if preload_intrinsics else "no-intrinsics")  # fmt: skip
+    key = cache_key(
+        op,
+        params,
+        trials=trials,
+        target=target,
+        seed=seed,
+        time_limit_s=time_limit_s,
+        tvm_versions=tvm_versions,
+        variant=None if preload_intrinsics else "no-intrinsics",
+    )
     folder = cache_dir / f"{op}-{key}"
     meta_path = folder / META_FILE
     if meta_path.exists() and not retune:
@@ -399,11 +406,24 @@ def tune_cached(
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     command = [
-        sys.executable, "-m", "benchmarks.tvm_ref", "tune-one", "--op", op,
-        "--params", json.dumps(params), "--trials", str(trials), "--seed", str(seed),
-        "--target", json.dumps(target), "--work-dir", str(partial),
+        sys.executable,
+        "-m",
+        "benchmarks.tvm_ref",
+        "tune-one",
+        "--op",
+        op,
+        "--params",
+        json.dumps(params),
+        "--trials",
+        str(trials),
+        "--seed",
+        str(seed),
+        "--target",
+        json.dumps(target),
+        "--work-dir",
+        str(partial),
         *([] if preload_intrinsics else ["--no-intrinsics"]),
-    ]  # fmt: skip
+    ]
     started = datetime.now(UTC)
     log(
         f"  TVM MetaSchedule: tuning {op} {params} for {trials} trials (limit {time_limit_s:.0f} s)"
@@ -494,9 +514,13 @@ class TVMKernel:
 
 
 def best_kernel(
-    folder: Path, op: str, params: dict[str, int], target: dict[str, Any], inputs: Sequence[np.ndarray],
+    folder: Path,
+    op: str,
+    params: dict[str, int],
+    target: dict[str, Any],
+    inputs: Sequence[np.ndarray],
     output_specs: Sequence[tuple[tuple[int, ...], Any]],
-) -> TVMKernel | None:  # fmt: skip
+) -> TVMKernel | None:
     """Compile the best schedule in `folder`'s database; None when it holds no successful record."""
     require_tvm()
     import tvm
@@ -564,9 +588,15 @@ def main(argv: list[str] | None = None) -> int:
     fill.add_argument("--quick", action="store_true", help="the quick suite's tiny workloads")
     args = parser.parse_args(argv)
     if args.command == "tune-one":
-        tune_in_this_process(args.op, args.params, trials=args.trials, target=args.target,
-                             work_dir=args.work_dir, seed=args.seed,
-                             preload_intrinsics=not args.no_intrinsics)  # fmt: skip
+        tune_in_this_process(
+            args.op,
+            args.params,
+            trials=args.trials,
+            target=args.target,
+            work_dir=args.work_dir,
+            seed=args.seed,
+            preload_intrinsics=not args.no_intrinsics,
+        )
         return 0
     from benchmarks import tune
 
@@ -576,10 +606,19 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     for w in tune.select(quick=args.quick, only=args.only.split(",") if args.only else None):
-        meta, folder = tune_cached(w.op, w.params, trials=args.trials, seed=args.seed,
-                                   time_limit_s=args.time_limit, cache_dir=args.cache_dir)  # fmt: skip
-        print(f"{w.name}: {meta['trials_done']} trials, {meta['tune_s']:.0f} s, "
-              f"best {meta['best_tuning_ms']} ms, {'cached' if meta['cached'] else 'tuned'} in {folder}", flush=True)  # fmt: skip
+        meta, folder = tune_cached(
+            w.op,
+            w.params,
+            trials=args.trials,
+            seed=args.seed,
+            time_limit_s=args.time_limit,
+            cache_dir=args.cache_dir,
+        )
+        print(
+            f"{w.name}: {meta['trials_done']} trials, {meta['tune_s']:.0f} s, "
+            f"best {meta['best_tuning_ms']} ms, {'cached' if meta['cached'] else 'tuned'} in {folder}",
+            flush=True,
+        )
     return 0
 
 

@@ -85,7 +85,9 @@ class VectorLane:
 class FunctionEmitter:
     """Emits statements and expressions into one LLVM function."""
 
-    def __init__(self, module: ModuleEmitter, fn: ll.Function, scope: Scope, *, in_parallel: bool) -> None:
+    def __init__(
+        self, module: ModuleEmitter, fn: ll.Function, scope: Scope, *, in_parallel: bool
+    ) -> None:
         self.m = module
         self.fn = fn
         self.scope = scope
@@ -148,7 +150,9 @@ class FunctionEmitter:
         elif isinstance(s, IfThenElse):
             cond = self.expr(s.cond)
             if isinstance(cond.type, ll.VectorType):
-                raise IRError("codegen: a guard that varies across vector lanes reached vector code")
+                raise IRError(
+                    "codegen: a guard that varies across vector lanes reached vector code"
+                )
             if s.else_case is None:
                 with b.if_then(cond):
                     self.stmt(s.then_case)
@@ -178,7 +182,12 @@ class FunctionEmitter:
                 self.stmt(s.body)
             del self.scope.vars[s.var]
             return
-        if s.kind == "parallel" and not self.in_parallel and self.vec is None and self.m.num_threads > 1:
+        if (
+            s.kind == "parallel"
+            and not self.in_parallel
+            and self.vec is None
+            and self.m.num_threads > 1
+        ):
             from codegen.parallel import emit_parallel_loop
 
             emit_parallel_loop(self, s)
@@ -204,8 +213,12 @@ class FunctionEmitter:
             # blocks LLVM had to clean up in a register tile's code).
             self._vector_body(s, lanes, ll.Constant(I64, 0))
         elif chunks:
-            with self.for_range(f"{s.var.name}.vec", ll.Constant(I64, 0), ll.Constant(I64, chunks)) as c:
-                self._vector_body(s, lanes, self.builder.mul(c, ll.Constant(I64, lanes), flags=("nsw",)))
+            with self.for_range(
+                f"{s.var.name}.vec", ll.Constant(I64, 0), ll.Constant(I64, chunks)
+            ) as c:
+                self._vector_body(
+                    s, lanes, self.builder.mul(c, ll.Constant(I64, lanes), flags=("nsw",))
+                )
         start, end = chunks * lanes, chunks * lanes + plan.tail
         for width in plan.segments:
             self._vector_body(s, width, ll.Constant(I64, start))
@@ -240,7 +253,9 @@ class FunctionEmitter:
                 value = self._widen(value, vec.lanes)
                 for lane in range(vec.lanes):
                     li = ll.Constant(I32, lane)
-                    self._scalar_store(s.buffer, b.extract_element(value, li), b.extract_element(idx, li))
+                    self._scalar_store(
+                        s.buffer, b.extract_element(value, li), b.extract_element(idx, li)
+                    )
                 return
         self._scalar_store(s.buffer, value, self.expr(s.indices[0]))
 
@@ -251,8 +266,15 @@ class FunctionEmitter:
 
     def _gep(self, buf: Buffer, index: ll.Value) -> ll.Value:
         if buf.name not in self.scope.buffers:
-            raise IRError(f"codegen: buffer {buf.name} is not a parameter or an allocation in scope")
-        return self.builder.gep(self.scope.buffers[buf.name], [index], inbounds=True, source_etype=memory_type(buf.dtype))
+            raise IRError(
+                f"codegen: buffer {buf.name} is not a parameter or an allocation in scope"
+            )
+        return self.builder.gep(
+            self.scope.buffers[buf.name],
+            [index],
+            inbounds=True,
+            source_etype=memory_type(buf.dtype),
+        )
 
     # -- scratch memory ----------------------------------------------------
 
@@ -313,7 +335,9 @@ class FunctionEmitter:
             return ll.Constant(vt, [v.constant] * lanes)
         b = self.builder
         one = b.insert_element(ll.Constant(vt, ll.Undefined), v, ll.Constant(I32, 0))
-        return b.shuffle_vector(one, ll.Constant(vt, ll.Undefined), ll.Constant(ll.VectorType(I32, lanes), [0] * lanes))
+        return b.shuffle_vector(
+            one, ll.Constant(vt, ll.Undefined), ll.Constant(ll.VectorType(I32, lanes), [0] * lanes)
+        )
 
     def _lanes_of(self, *values: ll.Value) -> int:
         for v in values:
@@ -368,12 +392,16 @@ class FunctionEmitter:
                 out: ll.Value = ll.Constant(llvm_type(buf.dtype, vec.lanes), ll.Undefined)
                 for lane in range(vec.lanes):
                     li = ll.Constant(I32, lane)
-                    out = b.insert_element(out, self._scalar_load(buf, b.extract_element(idx, li)), li)
+                    out = b.insert_element(
+                        out, self._scalar_load(buf, b.extract_element(idx, li)), li
+                    )
                 return out
         return self._scalar_load(buf, self.expr(e.indices[0]))
 
     def _scalar_load(self, buf: Buffer, index: ll.Value) -> ll.Value:
-        v = self.builder.load(self._gep(buf, index), typ=memory_type(buf.dtype), align=dt.itemsize(buf.dtype))
+        v = self.builder.load(
+            self._gep(buf, index), typ=memory_type(buf.dtype), align=dt.itemsize(buf.dtype)
+        )
         return self.builder.trunc(v, I1) if buf.dtype == "bool" else v
 
     def _select(self, e: Select) -> ll.Value:
@@ -414,7 +442,9 @@ class FunctionEmitter:
 
     def _varies(self, e: Expr) -> bool:
         """Whether `e` may differ across the lanes of the current vector loop."""
-        return self.vec is not None and any(n == self.vec.var for n in walk(e) if isinstance(n, Var))
+        return self.vec is not None and any(
+            n == self.vec.var for n in walk(e) if isinstance(n, Var)
+        )
 
     def _binary(self, e: Binary) -> ll.Value:
         b = self.builder
@@ -430,7 +460,9 @@ class FunctionEmitter:
             return b.or_(a, c)
         if dt.is_float(t):
             if op in _CMP:
-                return b.fcmp_ordered(_CMP[op], a, c) if op != "ne" else b.fcmp_unordered("!=", a, c)
+                return (
+                    b.fcmp_ordered(_CMP[op], a, c) if op != "ne" else b.fcmp_unordered("!=", a, c)
+                )
             if op == "add":
                 return b.fadd(a, c, flags=FAST)
             if op == "sub":
@@ -511,7 +543,11 @@ class FunctionEmitter:
 
 
 def _is_constant(v: ll.Value) -> bool:
-    return isinstance(v, ll.Constant) and isinstance(v.constant, int | float) and not isinstance(v.type, ll.VectorType)
+    return (
+        isinstance(v, ll.Constant)
+        and isinstance(v.constant, int | float)
+        and not isinstance(v.type, ll.VectorType)
+    )
 
 
 def _wrap(value: int, dtype: str) -> int:
@@ -581,7 +617,8 @@ class ModuleEmitter:
 
     def vector_plan(self, loop: For) -> VectorPlan | None:
         return self.memo(
-            ("vector", loop), lambda: plan_vector_loop(loop, self.register_lanes, vector_cap(self.vector_bits))
+            ("vector", loop),
+            lambda: plan_vector_loop(loop, self.register_lanes, vector_cap(self.vector_bits)),
         )
 
     def declare(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
@@ -600,7 +637,9 @@ class ModuleEmitter:
         return max(1, self.vector_bits // 32)
 
     def emit_kernel(self, program: Program) -> None:
-        fn = ll.Function(self.module, ll.FunctionType(I32, [PTR] * len(program.params)), name=self.symbol)
+        fn = ll.Function(
+            self.module, ll.FunctionType(I32, [PTR] * len(program.params)), name=self.symbol
+        )
         scope = Scope()
         for arg, buf in zip(fn.args, program.params):
             arg.name = buf.name
@@ -621,7 +660,9 @@ class ModuleEmitter:
         f.finish_entry()
 
 
-def emit_module(program: Program, symbol: str, *, num_threads: int = 1, vector_bits: int = 256) -> str:
+def emit_module(
+    program: Program, symbol: str, *, num_threads: int = 1, vector_bits: int = 256
+) -> str:
     """LLVM IR text of a lowered program, exporting `symbol`."""
     m = ModuleEmitter(symbol, num_threads=num_threads, vector_bits=vector_bits)
     m.emit_kernel(program)

@@ -35,7 +35,9 @@ class ParamSpec:
 class Kernel:
     """Native code for one program; call it with inputs then outputs (numpy arrays)."""
 
-    def __init__(self, program: Program, lowered: Program, module: CompiledModule, symbol: str) -> None:
+    def __init__(
+        self, program: Program, lowered: Program, module: CompiledModule, symbol: str
+    ) -> None:
         self.program = program
         self.lowered = lowered
         self.module = module
@@ -60,13 +62,19 @@ class Kernel:
         ptrs = []
         for spec, a in zip(self.params, arrays):
             if not isinstance(a, np.ndarray):
-                raise KernelArgumentError(f"{spec.name}: expected a numpy array, got {type(a).__name__}")
+                raise KernelArgumentError(
+                    f"{spec.name}: expected a numpy array, got {type(a).__name__}"
+                )
             if a.dtype != dt.to_numpy(spec.dtype):
                 raise KernelArgumentError(f"{spec.name}: dtype {a.dtype}, expected {spec.dtype}")
             if tuple(a.shape) != spec.shape:
-                raise KernelArgumentError(f"{spec.name}: shape {tuple(a.shape)}, expected {spec.shape}")
+                raise KernelArgumentError(
+                    f"{spec.name}: shape {tuple(a.shape)}, expected {spec.shape}"
+                )
             if not a.flags.c_contiguous:
-                raise KernelArgumentError(f"{spec.name}: array is not C-contiguous (use np.ascontiguousarray)")
+                raise KernelArgumentError(
+                    f"{spec.name}: array is not C-contiguous (use np.ascontiguousarray)"
+                )
             if spec.is_output and not a.flags.writeable:
                 raise KernelArgumentError(f"{spec.name}: output array is read-only")
             ptrs.append(a.ctypes.data)
@@ -91,12 +99,18 @@ class Kernel:
 
 
 def compile_program(
-    program: Program, target: Target | None = None, *, symbol: str | None = None, loop_vectorize: bool = True
+    program: Program,
+    target: Target | None = None,
+    *,
+    symbol: str | None = None,
+    loop_vectorize: bool = True,
 ) -> Kernel:
     """Lower, emit LLVM IR, optimise (O3, target CPU) and JIT; cached by the IR text."""
     target = target or Target.host()
     symbol = symbol or program.name
     lowered = lower(program)
-    text = emit_module(lowered, symbol, num_threads=target.num_threads, vector_bits=target.vector_bits)
+    text = emit_module(
+        lowered, symbol, num_threads=target.num_threads, vector_bits=target.vector_bits
+    )
     module = compile_ir(text, target, loop_vectorize=loop_vectorize)
     return Kernel(program, lowered, module, symbol)

@@ -20,11 +20,23 @@ from llvmlite import ir as ll
 if TYPE_CHECKING:
     from codegen.emit import FunctionEmitter
 
-_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+_EXP_P = (
+    1.9875691500e-4,
+    1.3981999507e-3,
+    8.3334519073e-3,
+    4.1665795894e-2,
+    1.6666665459e-1,
+    5.0000001201e-1,
+)
 _TANH_P = (
-    -2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
-    1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03,
-)  # fmt: skip
+    -2.76076847742355e-16,
+    2.00018790482477e-13,
+    -8.60467152213735e-11,
+    5.12229709037114e-08,
+    1.48572235717979e-05,
+    6.37261928875436e-04,
+    4.89352455891786e-03,
+)
 _TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
 _CONTRACT = ("contract",)
 
@@ -94,7 +106,16 @@ def _exp_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:
     floor = f.m.declare(f"llvm.floor.{type_suffix(t)}", t, [t])
     # Contracted: the range reduction is three FMAs (as exact as the separate operations
     # or more: Cody-Waite's product is not rounded before the subtraction).
-    fx = b.call(floor, [b.fadd(b.fmul(x, _const(t, 1.44269504088896341), flags=_CONTRACT), _const(t, 0.5), flags=_CONTRACT)])
+    fx = b.call(
+        floor,
+        [
+            b.fadd(
+                b.fmul(x, _const(t, 1.44269504088896341), flags=_CONTRACT),
+                _const(t, 0.5),
+                flags=_CONTRACT,
+            )
+        ],
+    )
     r = b.fsub(x, b.fmul(fx, _const(t, 0.693359375), flags=_CONTRACT), flags=_CONTRACT)
     r = b.fadd(r, b.fmul(fx, _const(t, 2.12194440e-4), flags=_CONTRACT), flags=_CONTRACT)
     z = b.fmul(r, r)
@@ -108,7 +129,9 @@ def _exp_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:
     n_bits = b.bitcast(b.fadd(fx, _const(t, 12582912.0)), i32)
     bits = b.shl(b.add(n_bits, _const(i32, 127)), _const(i32, 23))
     result = b.fmul(y, b.bitcast(bits, t))
-    return b.select(b.fcmp_ordered(">", x0, _const(t, 88.72283935546875)), _const(t, float("inf")), result)
+    return b.select(
+        b.fcmp_ordered(">", x0, _const(t, 88.72283935546875)), _const(t, float("inf")), result
+    )
 
 
 def _tanh_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:

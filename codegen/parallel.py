@@ -58,7 +58,9 @@ def emit_parallel_loop(f: FunctionEmitter, loop: For) -> None:
     start_i, end_i, status_i = len(fields) - 3, len(fields) - 2, len(fields) - 1
 
     def field_ptr(builder: ll.IRBuilder, task: ll.Value, i: int) -> ll.Value:
-        return builder.gep(task, [ll.Constant(I32, 0), ll.Constant(I32, i)], inbounds=True, source_etype=task_ty)
+        return builder.gep(
+            task, [ll.Constant(I32, 0), ll.Constant(I32, i)], inbounds=True, source_etype=task_ty
+        )
 
     # 1. the outlined body: i32 body(ptr noalias buffers..., i64 variables..., i64 start, i64 end).
     #    Captured buffers are distinct allocations, so they keep `noalias`; loading
@@ -90,8 +92,13 @@ def emit_parallel_loop(f: FunctionEmitter, loop: For) -> None:
     task_arg = worker.args[0]
     wb = ll.IRBuilder(worker.append_basic_block("entry"))
     values = [wb.load(field_ptr(wb, task_arg, i), typ=PTR) for i in range(len(buffers))]
-    values += [wb.load(field_ptr(wb, task_arg, len(buffers) + j), typ=I64) for j in range(len(variables))]
-    values += [wb.load(field_ptr(wb, task_arg, start_i), typ=I64), wb.load(field_ptr(wb, task_arg, end_i), typ=I64)]
+    values += [
+        wb.load(field_ptr(wb, task_arg, len(buffers) + j), typ=I64) for j in range(len(variables))
+    ]
+    values += [
+        wb.load(field_ptr(wb, task_arg, start_i), typ=I64),
+        wb.load(field_ptr(wb, task_arg, end_i), typ=I64),
+    ]
     status = wb.call(body_fn, values)
     wb.store(status, field_ptr(wb, task_arg, status_i))
     wb.ret(ll.Constant(PTR, None))
@@ -135,9 +142,14 @@ def emit_parallel_loop(f: FunctionEmitter, loop: For) -> None:
     # 3. join, then fail the kernel if any chunk failed
     failed: ll.Value = ll.Constant(ll.IntType(1), 0)
     for t in range(1, threads):
-        flag = b.load(b.gep(started, [ll.Constant(I64, t)], inbounds=True, source_etype=ll.IntType(8)), typ=ll.IntType(8))
+        flag = b.load(
+            b.gep(started, [ll.Constant(I64, t)], inbounds=True, source_etype=ll.IntType(8)),
+            typ=ll.IntType(8),
+        )
         with b.if_then(b.icmp_unsigned("!=", flag, ll.Constant(ll.IntType(8), 0))):
-            tid = b.load(b.gep(tids, [ll.Constant(I64, t)], inbounds=True, source_etype=I64), typ=I64)
+            tid = b.load(
+                b.gep(tids, [ll.Constant(I64, t)], inbounds=True, source_etype=I64), typ=I64
+            )
             b.call(pthread_join, [tid, ll.Constant(PTR, None)])
     for t in range(threads):
         status = b.load(field_ptr(b, task_ptrs[t], status_i), typ=I32)

@@ -79,7 +79,9 @@ def plan_vector_loop(loop: For, register_lanes: int, max_lanes: int) -> VectorPl
     if n < 2 or not _legal(loop.body, loop.var):
         return None
     hint = dict(loop.annotations).get("vector_width")
-    lanes = hint if isinstance(hint, int) and hint > 1 else default_lanes(n, register_lanes, max_lanes)
+    lanes = (
+        hint if isinstance(hint, int) and hint > 1 else default_lanes(n, register_lanes, max_lanes)
+    )
     lanes = min(lanes, n)
     return VectorPlan(lanes, n // lanes, n % lanes)
 
@@ -104,7 +106,9 @@ def _legal(body: Stmt, var: Var) -> bool:
 
 
 def _loads(sel: Select) -> bool:
-    return any(isinstance(x, Load) for side in (sel.true_value, sel.false_value) for x in walk(side))
+    return any(
+        isinstance(x, Load) for side in (sel.true_value, sel.false_value) for x in walk(side)
+    )
 
 
 def _check_stmt(s: Stmt, var: Var, stores: dict[str, set[Expr]]) -> bool:

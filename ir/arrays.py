@@ -17,7 +17,9 @@ import numpy as np
 ALIGNMENT = 64
 
 
-def aligned_empty(shape: Sequence[int], dtype: np.dtype | type, alignment: int = ALIGNMENT) -> np.ndarray:
+def aligned_empty(
+    shape: Sequence[int], dtype: np.dtype | type, alignment: int = ALIGNMENT
+) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts on an `alignment`-byte boundary."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize

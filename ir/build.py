@@ -75,7 +75,9 @@ def _plain(node: Node) -> Node:
 def build_program(workload: Workload, attrs: Mapping[str, object] | None = None) -> Program:
     """The naive loop-nest program of `workload` (no schedule applied)."""
     # Size variables keep their names (bind() finds them by name), so loops avoid them.
-    names = NameSupply({t.name for t in workload.tensors()} | {v.name for v in workload.size_vars()})
+    names = NameSupply(
+        {t.name for t in workload.tensors()} | {v.name for v in workload.size_vars()}
+    )
     nests = []
     outputs = set(workload.outputs)
     allocs: list[Buffer] = []

@@ -169,7 +169,9 @@ class Workload(Node):
     def __post_init__(self) -> None:
         for t in self.inputs:
             if t.op is not None:
-                raise IRError(f"workload {self.name}: input {t.name} is computed, not a placeholder")
+                raise IRError(
+                    f"workload {self.name}: input {t.name} is computed, not a placeholder"
+                )
         for t in self.outputs:
             if t.op is None:
                 raise IRError(f"workload {self.name}: output {t.name} is a placeholder")

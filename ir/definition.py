@@ -182,7 +182,9 @@ def _name(spec: Any, where: str, tensors: Mapping[str, Any], scope: Mapping[str,
     return name
 
 
-def _shape(spec: dict[str, Any], where: str, scope: Mapping[str, Any], sizes: Mapping[str, int]) -> list[int]:
+def _shape(
+    spec: dict[str, Any], where: str, scope: Mapping[str, Any], sizes: Mapping[str, int]
+) -> list[int]:
     shape = spec.get("shape")
     if not isinstance(shape, list) or not shape:
         raise _fail(f"{where}.shape", "must be a non-empty list of sizes")
@@ -203,15 +205,27 @@ def _int_value(e: Expr, sizes: Mapping[str, int], where: str) -> int:
         return int(e.value)
     if isinstance(e, Var) and e.name in sizes:
         return int(sizes[e.name])
-    if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "floordiv", "floormod", "max", "min"):
+    if isinstance(e, Binary) and e.op in (
+        "add",
+        "sub",
+        "mul",
+        "floordiv",
+        "floormod",
+        "max",
+        "min",
+    ):
         a, b = _int_value(e.a, sizes, where), _int_value(e.b, sizes, where)
         if e.op in ("floordiv", "floormod") and b == 0:
             raise _fail(where, "division by zero in an extent")
         return {
-            "add": a + b, "sub": a - b, "mul": a * b,
-            "floordiv": a // b if b else 0, "floormod": a % b if b else 0,
-            "max": max(a, b), "min": min(a, b),
-        }[e.op]  # fmt: skip
+            "add": a + b,
+            "sub": a - b,
+            "mul": a * b,
+            "floordiv": a // b if b else 0,
+            "floormod": a % b if b else 0,
+            "max": max(a, b),
+            "min": min(a, b),
+        }[e.op]
     raise _fail(where, "extent must be an integer expression of sizes")
 
 
@@ -226,7 +240,11 @@ def _compute(
     _no_extra(spec, where, {"name", "shape", "axes", "reduce", "reduce_axes", "body", "dtype"})
     shape = _shape(spec, where, scope, sizes)
     axes = spec.get("axes")
-    if not isinstance(axes, list) or len(axes) != len(shape) or not all(isinstance(a, str) and a.isidentifier() for a in axes):
+    if (
+        not isinstance(axes, list)
+        or len(axes) != len(shape)
+        or not all(isinstance(a, str) and a.isidentifier() for a in axes)
+    ):
         raise _fail(f"{where}.axes", f"must list {len(shape)} axis names, one per dimension")
     if len(set(axes)) != len(axes):
         raise _fail(f"{where}.axes", "axis names must be distinct")
@@ -235,13 +253,19 @@ def _compute(
     reducer = spec.get("reduce")
     if reducer is not None:
         if reducer not in te.REDUCERS:
-            raise _fail(f"{where}.reduce", f"must be one of {', '.join(te.REDUCERS)}, got {reducer!r}")
+            raise _fail(
+                f"{where}.reduce", f"must be one of {', '.join(te.REDUCERS)}, got {reducer!r}"
+            )
         rspecs = spec.get("reduce_axes")
         if not isinstance(rspecs, list) or not rspecs:
             raise _fail(f"{where}.reduce_axes", "a reduction needs at least one reduce axis")
         for j, r in enumerate(rspecs):
             rw = f"{where}.reduce_axes[{j}]"
-            if not isinstance(r, dict) or not isinstance(r.get("name"), str) or not r["name"].isidentifier():
+            if (
+                not isinstance(r, dict)
+                or not isinstance(r.get("name"), str)
+                or not r["name"].isidentifier()
+            ):
                 raise _fail(rw, "must be an object with a name and an extent")
             _no_extra(r, rw, {"name", "extent"})
             if r["name"] in axes or r["name"] in local:
@@ -270,7 +294,9 @@ def _compute(
     except LoomtuneError as e:
         raise _fail(where, str(e)) from None
     if "dtype" in spec and spec["dtype"] != out.dtype:
-        raise _fail(f"{where}.dtype", f"body has dtype {out.dtype}, declared {spec['dtype']!r}; add a cast")
+        raise _fail(
+            f"{where}.dtype", f"body has dtype {out.dtype}, declared {spec['dtype']!r}; add a cast"
+        )
     return out
 
 
@@ -283,7 +309,9 @@ def _expr(node: Any, where: str, env: Mapping[str, Any], tensors: Mapping[str, t
         raise _fail(where, str(e)) from None
 
 
-def _expr_inner(node: Any, where: str, env: Mapping[str, Any], tensors: Mapping[str, te.Tensor]) -> Expr:
+def _expr_inner(
+    node: Any, where: str, env: Mapping[str, Any], tensors: Mapping[str, te.Tensor]
+) -> Expr:
     if isinstance(node, bool):
         return Const(node, "bool")
     if isinstance(node, int):
@@ -367,7 +395,10 @@ def _bind_workload(wl: te.Workload, sizes: Mapping[str, int]) -> te.Workload:
 
 
 def to_definition(wl: te.Workload) -> dict[str, Any]:
-    inputs = [{"name": t.name, "shape": [int(s.value) for s in t.shape], "dtype": t.dtype} for t in wl.inputs]  # type: ignore[attr-defined]
+    inputs = [
+        {"name": t.name, "shape": [int(s.value) for s in t.shape], "dtype": t.dtype}
+        for t in wl.inputs
+    ]  # type: ignore[attr-defined]
     computes = []
     for t in wl.computes():
         assert t.op is not None
@@ -379,7 +410,9 @@ def to_definition(wl: te.Workload) -> dict[str, Any]:
         body = t.op.body
         if isinstance(body, Reduce):
             spec["reduce"] = body.combiner
-            spec["reduce_axes"] = [{"name": a.var.name, "extent": int(a.extent.value)} for a in body.axes]  # type: ignore[attr-defined]
+            spec["reduce_axes"] = [
+                {"name": a.var.name, "extent": int(a.extent.value)} for a in body.axes
+            ]  # type: ignore[attr-defined]
             body = body.source
         spec["body"] = _encode(body)
         computes.append(spec)

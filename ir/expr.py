@@ -249,9 +249,21 @@ def _delegate(name: str):
 
 # Reduction axes take part in index arithmetic like the variable they stand for.
 for _name in (
-    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
-    "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__lt__", "__le__", "__gt__", "__ge__",
-):  # fmt: skip
+    "__add__",
+    "__radd__",
+    "__sub__",
+    "__rsub__",
+    "__mul__",
+    "__rmul__",
+    "__floordiv__",
+    "__rfloordiv__",
+    "__mod__",
+    "__rmod__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+):
     setattr(IterVar, _name, _delegate(_name))
 
 

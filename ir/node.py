@@ -34,7 +34,9 @@ class Node:
         return names
 
 
-_SCALAR_ANNOTATIONS = frozenset({"str", "int", "float", "bool", "int | float | bool", "str | None", "int | None"})
+_SCALAR_ANNOTATIONS = frozenset(
+    {"str", "int", "float", "bool", "int | float | bool", "str | None", "int | None"}
+)
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -50,7 +52,9 @@ def _child_fields(cls: type) -> tuple[str, ...]:
         names = tuple(
             name
             for name in cls.field_names()  # type: ignore[attr-defined]  # a class may hide fields (Tensor.op)
-            if not (isinstance(annotation.get(name), str) and annotation[name] in _SCALAR_ANNOTATIONS)
+            if not (
+                isinstance(annotation.get(name), str) and annotation[name] in _SCALAR_ANNOTATIONS
+            )
         )
         _CHILD_FIELDS[cls] = names
     return names

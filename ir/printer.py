@@ -17,7 +17,12 @@ from ir.program import (
 )
 
 _INDENT = "    "
-_LOOP_FN = {"serial": "range", "parallel": "parallel", "vectorized": "vectorized", "unrolled": "unrolled"}
+_LOOP_FN = {
+    "serial": "range",
+    "parallel": "parallel",
+    "vectorized": "vectorized",
+    "unrolled": "unrolled",
+}
 
 
 def buffer_decl(b: Buffer) -> str:
@@ -75,7 +80,9 @@ def _stmt(s: Stmt, depth: int, out: list[str]) -> None:
     elif isinstance(s, BlockRealize):
         _block(s, depth, out)
     elif isinstance(s, Block):  # a bare block (only inside a realize in valid programs)
-        _block(BlockRealize(tuple(iv.var for iv in s.iter_vars), Const(True, "bool"), s), depth, out)
+        _block(
+            BlockRealize(tuple(iv.var for iv in s.iter_vars), Const(True, "bool"), s), depth, out
+        )
     else:
         raise TypeError(f"cannot print {type(s).__name__}")
 

@@ -81,7 +81,9 @@ def program_from_json(data: Any) -> Any:
 
     if not isinstance(data, dict) or data.get("format") != PROGRAM_FORMAT:
         got = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise DefinitionError(f"not a loomtune program: format is {got!r}, expected {PROGRAM_FORMAT!r}")
+        raise DefinitionError(
+            f"not a loomtune program: format is {got!r}, expected {PROGRAM_FORMAT!r}"
+        )
     program = decode(data.get("program"), "$.program")
     if not isinstance(program, Program):
         raise DefinitionError("$.program: expected a Program node")

@@ -96,7 +96,9 @@ def library_task(op: str, given: Mapping[str, str | int] | None = None) -> Task:
     return Task(op, params, workload, program, opdef)
 
 
-def custom_task(definition: Mapping[str, Any], given: Mapping[str, str | int] | None = None) -> Task:
+def custom_task(
+    definition: Mapping[str, Any], given: Mapping[str, str | int] | None = None
+) -> Task:
     sizes: dict[str, int] = {}
     for k, v in (given or {}).items():
         text = str(v).strip()
@@ -118,14 +120,19 @@ def custom_task(definition: Mapping[str, Any], given: Mapping[str, str | int] | 
     return Task(workload.name, params, workload, program, None, dict(definition))
 
 
-def task_from_spec(spec: Mapping[str, Any], overrides: Mapping[str, str | int] | None = None) -> Task:
+def task_from_spec(
+    spec: Mapping[str, Any], overrides: Mapping[str, str | int] | None = None
+) -> Task:
     """The task a `Task.spec()` describes, with parameters overridden; errors name the field."""
     if not isinstance(spec, Mapping):
         raise WorkloadError(f"a workload is an object, got {type(spec).__name__}")
     raw = spec.get("params", {})
     if not isinstance(raw, Mapping):
         raise WorkloadError("workload params must be an object")
-    params = {**{str(k): str(v) for k, v in raw.items()}, **{k: str(v) for k, v in (overrides or {}).items()}}
+    params = {
+        **{str(k): str(v) for k, v in raw.items()},
+        **{k: str(v) for k, v in (overrides or {}).items()},
+    }
     if isinstance(spec.get("definition"), Mapping):
         return custom_task(spec["definition"], params)
     if isinstance(spec.get("op"), str):

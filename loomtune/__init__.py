@@ -24,17 +24,30 @@ from service.client import Client, CoordinatorError
 from tuner.database import DatabaseError, TuningRecord
 from tuner.trace.trace import Trace
 
-__all__ = ["Client", "CoordinatorError", "Kernel", "Task", "TuneResult", "load_best", "task", "tune"]
+__all__ = [
+    "Client",
+    "CoordinatorError",
+    "Kernel",
+    "Task",
+    "TuneResult",
+    "load_best",
+    "task",
+    "tune",
+]
 
 
-def task(workload: str | Mapping[str, Any] | Path | Task, params: Mapping[str, int | str] | None = None) -> Task:
+def task(
+    workload: str | Mapping[str, Any] | Path | Task, params: Mapping[str, int | str] | None = None
+) -> Task:
     """The task a workload names: an operator, a definition (dict or file) or a Task."""
     from ir.definition import load_definition_file
     from ir.task import custom_task, library_task
 
     if isinstance(workload, Task):
         if params:
-            raise TypeError("pass parameters with an operator name or a definition, not with a Task")
+            raise TypeError(
+                "pass parameters with an operator name or a definition, not with a Task"
+            )
         return workload
     if isinstance(workload, Path) or (isinstance(workload, str) and workload.endswith(".json")):
         return custom_task(load_definition_file(workload), params)
@@ -42,7 +55,9 @@ def task(workload: str | Mapping[str, Any] | Path | Task, params: Mapping[str, i
         return library_task(workload, params)
     if isinstance(workload, Mapping):
         return custom_task(workload, params)
-    raise TypeError(f"a workload is an operator name, a definition or a Task, not {type(workload).__name__}")
+    raise TypeError(
+        f"a workload is an operator name, a definition or a Task, not {type(workload).__name__}"
+    )
 
 
 @dataclass(frozen=True)
@@ -88,18 +103,34 @@ def tune(
 
     t = task(workload, params)
     outcome = tune_task(
-        t, threads=threads, trials=trials, strategy=strategy, seed=seed, database=_database(database_url)
+        t,
+        threads=threads,
+        trials=trials,
+        strategy=strategy,
+        seed=seed,
+        database=_database(database_url),
     )
     if outcome.best is None or outcome.kernel is None or outcome.best_trace is None:
-        raise DatabaseError(f"tuning {t.op} found no correct kernel in {outcome.run.trials_done} trials")
+        raise DatabaseError(
+            f"tuning {t.op} found no correct kernel in {outcome.run.trials_done} trials"
+        )
     cmp = outcome.comparison
     if cmp is not None and not cmp.correct:
-        raise DatabaseError(f"the best stored kernel of {t.op} is wrong on fresh inputs: {cmp.message}")
+        raise DatabaseError(
+            f"the best stored kernel of {t.op} is wrong on fresh inputs: {cmp.message}"
+        )
     return TuneResult(
-        t, outcome.target.canonical(), outcome.best_trace, outcome.kernel, outcome.best,
-        cmp.latency_ms if cmp else None, cmp.numpy_ms if cmp else None,
-        outcome.run.trials_done, list(outcome.run.history), dict(outcome.run.failures),
-    )  # fmt: skip
+        t,
+        outcome.target.canonical(),
+        outcome.best_trace,
+        outcome.kernel,
+        outcome.best,
+        cmp.latency_ms if cmp else None,
+        cmp.numpy_ms if cmp else None,
+        outcome.run.trials_done,
+        list(outcome.run.history),
+        dict(outcome.run.failures),
+    )
 
 
 def load_best(

@@ -140,17 +140,23 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OperationalError)
     async def database_down(_request: Request, exc: OperationalError) -> JSONResponse:
         # The database went away (restart, network) or stayed locked: not a bug of the request.
-        log.warning("database unavailable: %s", str(exc.orig).strip().splitlines()[0] if exc.orig else exc)
+        log.warning(
+            "database unavailable: %s", str(exc.orig).strip().splitlines()[0] if exc.orig else exc
+        )
         return JSONResponse({"detail": "the database is unavailable; retry later"}, status_code=503)
 
     @app.exception_handler(PoolTimeoutError)
     async def too_busy(_request: Request, exc: PoolTimeoutError) -> JSONResponse:
         log.warning("no database connection free: %s", exc)
-        return JSONResponse({"detail": "the coordinator is overloaded; retry later"}, status_code=503)
+        return JSONResponse(
+            {"detail": "the coordinator is overloaded; retry later"}, status_code=503
+        )
 
 
 def _add_health_and_metrics(app: FastAPI) -> None:
-    @app.get("/healthz", response_model=Health, tags=["health"], summary="Liveness (and the database)")
+    @app.get(
+        "/healthz", response_model=Health, tags=["health"], summary="Liveness (and the database)"
+    )
     def healthz(state: State) -> Health | JSONResponse:
         import migrations
 

@@ -46,26 +46,67 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="compile the default loop nest, verify, time against numpy")
     run.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")
-    run.add_argument("--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition")
+    run.add_argument(
+        "--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition"
+    )
     run.add_argument("--threads", type=_positive_int, default=1, help="threads (default 1)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
 
     apply = sub.add_parser("apply", help="replay a trace file, verify, time against numpy")
     apply.add_argument("trace", metavar="TRACE.json", help="a trace file (loomtune.trace/1)")
-    apply.add_argument("params", nargs="*", metavar="k=v", help="other parameters of the same workload")
-    apply.add_argument("--repair", action="store_true", help="re-choose decisions that no longer fit")
-    apply.add_argument("--threads", type=_positive_int, default=None, metavar="N", help="threads (default: the trace's)")
+    apply.add_argument(
+        "params", nargs="*", metavar="k=v", help="other parameters of the same workload"
+    )
+    apply.add_argument(
+        "--repair", action="store_true", help="re-choose decisions that no longer fit"
+    )
+    apply.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="threads (default: the trace's)",
+    )
     apply.add_argument("--json", action="store_true", help="print one JSON object")
 
-    export = sub.add_parser("export", help="write a kernel as code a C program links (.so + .h, .o, .ll, .s)")
+    export = sub.add_parser(
+        "export", help="write a kernel as code a C program links (.so + .h, .o, .ll, .s)"
+    )
     export.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")
-    export.add_argument("--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition")
+    export.add_argument(
+        "--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition"
+    )
     export.add_argument("--trace", metavar="FILE", help="export this trace file's schedule")
-    export.add_argument("--threads", type=_positive_int, default=None, metavar="N", help="threads (default 1, or the target's)")
-    export.add_argument("--target", metavar="T", default="host", help="'host' (default) or 'llvm -mcpu=... -mattr=...'")
-    export.add_argument("--name", metavar="SYMBOL", help="C function name (default: the operator's name)")
-    export.add_argument("--format", dest="fmt", required=True, choices=("so", "obj", "ll", "asm"), help="what to write")
-    export.add_argument("-o", dest="output", required=True, metavar="FILE", help="output file (-o libx.so also writes libx.h)")
+    export.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="threads (default 1, or the target's)",
+    )
+    export.add_argument(
+        "--target",
+        metavar="T",
+        default="host",
+        help="'host' (default) or 'llvm -mcpu=... -mattr=...'",
+    )
+    export.add_argument(
+        "--name", metavar="SYMBOL", help="C function name (default: the operator's name)"
+    )
+    export.add_argument(
+        "--format",
+        dest="fmt",
+        required=True,
+        choices=("so", "obj", "ll", "asm"),
+        help="what to write",
+    )
+    export.add_argument(
+        "-o",
+        dest="output",
+        required=True,
+        metavar="FILE",
+        help="output file (-o libx.so also writes libx.h)",
+    )
     _add_database_parsers(sub)
     from service.tune_cli import add_tune_parser
 
@@ -85,25 +126,49 @@ def _add_database_parsers(sub: Any) -> None:
     """`best` and `db upgrade|export|import`: the tuning database's commands."""
     best = sub.add_parser("best", help="the best stored record of a workload (no re-measuring)")
     best.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")
-    best.add_argument("--threads", type=_positive_int, default=None, metavar="N", help="threads (default 1)")
-    best.add_argument("--target", metavar="T", default="host", help="'host' (default) or 'llvm -mcpu=... -mattr=...'")
-    best.add_argument("-o", dest="output", metavar="TRACE.json", help="write the best trace as an apply-able trace file")
+    best.add_argument(
+        "--threads", type=_positive_int, default=None, metavar="N", help="threads (default 1)"
+    )
+    best.add_argument(
+        "--target",
+        metavar="T",
+        default="host",
+        help="'host' (default) or 'llvm -mcpu=... -mattr=...'",
+    )
+    best.add_argument(
+        "-o",
+        dest="output",
+        metavar="TRACE.json",
+        help="write the best trace as an apply-able trace file",
+    )
     best.add_argument("--json", action="store_true", help="print one JSON object")
-    best.add_argument("--coordinator", metavar="URL", help="ask this coordinator instead of the local database")
-    best.add_argument("--token", metavar="T", help="with --coordinator: API token (default: LOOMTUNE_TOKEN)")
+    best.add_argument(
+        "--coordinator", metavar="URL", help="ask this coordinator instead of the local database"
+    )
+    best.add_argument(
+        "--token", metavar="T", help="with --coordinator: API token (default: LOOMTUNE_TOKEN)"
+    )
 
     db = sub.add_parser("db", help="the tuning database: upgrade, export, import")
     db_sub = db.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
     db_sub.add_parser("upgrade", help="create or migrate the schema to this loomtune's")
     db_export = db_sub.add_parser("export", help="records as self-contained JSON lines")
     db_export.add_argument("--op", help="only this operator's records")
-    db_export.add_argument("--target", metavar="T", help="only this target's records ('host' = this machine, 1 thread)")
-    db_export.add_argument("-o", dest="output", metavar="FILE", help="write to FILE (default: stdout)")
+    db_export.add_argument(
+        "--target", metavar="T", help="only this target's records ('host' = this machine, 1 thread)"
+    )
+    db_export.add_argument(
+        "-o", dest="output", metavar="FILE", help="write to FILE (default: stdout)"
+    )
     db_import = db_sub.add_parser("import", help="add the records of an export (all or nothing)")
-    db_import.add_argument("file", metavar="FILE", help="JSON lines written by `loomtune db export`")
+    db_import.add_argument(
+        "file", metavar="FILE", help="JSON lines written by `loomtune db export`"
+    )
 
 
-def parse_workload_args(words: Sequence[str], workload_file: str | None) -> tuple[str | None, dict[str, str]]:
+def parse_workload_args(
+    words: Sequence[str], workload_file: str | None
+) -> tuple[str | None, dict[str, str]]:
     """`OP k=v ...` or `--workload FILE k=v ...` -> (op or None, params)."""
     words = list(words)
     op: str | None = None
@@ -202,7 +267,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     threads = args.threads if args.threads is not None else recorded.num_threads
     target = Target.host(threads)
     if recorded.cpu != target.cpu:
-        _log(f"warning: the trace was made for {recorded.cpu}; compiling for this machine ({target.cpu})")
+        _log(
+            f"warning: the trace was made for {recorded.cpu}; compiling for this machine ({target.cpu})"
+        )
     try:
         program = trace_file.trace.apply(task.program, repair=args.repair).program
     except TraceError as e:
@@ -242,7 +309,9 @@ def _run_and_report(task: Any, program: Any, target: Any, *, as_json: bool) -> i
         "latency_ms": cmp.latency_ms,
         "gflops": gflops(task.flops, cmp.latency_ms) if cmp.latency_ms else None,
         "numpy_ms": cmp.numpy_ms,
-        "speedup_vs_numpy": (cmp.numpy_ms / cmp.latency_ms) if cmp.correct and cmp.latency_ms else None,
+        "speedup_vs_numpy": (cmp.numpy_ms / cmp.latency_ms)
+        if cmp.correct and cmp.latency_ms
+        else None,
     }
     if not cmp.correct:
         result["error"] = cmp.message
@@ -277,7 +346,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         if record is not None:
             program = Trace.from_json(record.trace).apply(task.program).program
-            source = f"exporting the stored best record {record.record_id} ({record.median_ms:.4f} ms)"
+            source = (
+                f"exporting the stored best record {record.record_id} ({record.median_ms:.4f} ms)"
+            )
         elif args.trace is not None:
             program = TraceFile.load(args.trace).trace.apply(task.program).program
             source = f"exporting the schedule of trace {args.trace} (no stored record)"
@@ -362,7 +433,9 @@ def cmd_best(args: argparse.Namespace) -> int:
             f"no correct record of {task.op} {_params_text(task.params)} on {target}; tune it first"
         )
     final = database.final(task.key, target)
-    retimed_ms = final.retimed_ms if final is not None and final.record_id == record.record_id else None
+    retimed_ms = (
+        final.retimed_ms if final is not None and final.record_id == record.record_id else None
+    )
     if args.output is not None:
         try:
             trace = Trace.from_json(record.trace)
@@ -387,7 +460,9 @@ def cmd_best(args: argparse.Namespace) -> int:
     else:
         print(f"{task.op} {_params_text(task.params)} on {record.target}")
         print(best_line(record.median_ms, len(record.run_times_ms), retimed_ms))
-        print(f"record {record.record_id}, measured {record.measured_at.isoformat()} by {record.worker or '?'}")
+        print(
+            f"record {record.record_id}, measured {record.measured_at.isoformat()} by {record.worker or '?'}"
+        )
     return 0
 
 
@@ -399,7 +474,9 @@ def best_line(median_ms: float, runs: int, retimed_ms: float | None) -> str:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    return {"upgrade": _db_upgrade, "export": _db_export, "import": _db_import}[args.db_command](args)
+    return {"upgrade": _db_upgrade, "export": _db_export, "import": _db_import}[args.db_command](
+        args
+    )
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
@@ -468,7 +545,9 @@ def _db_import(args: argparse.Namespace) -> int:
             if Target.parse(record.target).canonical() != record.target:
                 raise DatabaseError(f"target {record.target!r} is not canonical")
         except json.JSONDecodeError as e:
-            raise DatabaseError(f"{args.file}:{number}: not valid JSON ({e.msg}); nothing imported") from None
+            raise DatabaseError(
+                f"{args.file}:{number}: not valid JSON ({e.msg}); nothing imported"
+            ) from None
         except (LoomtuneError, RecursionError) as e:
             raise DatabaseError(f"{args.file}:{number}: {e}; nothing imported") from None
         records.append(record)
@@ -508,9 +587,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "ops": cmd_ops, "run": cmd_run, "apply": cmd_apply, "export": cmd_export, "best": cmd_best, "db": cmd_db,
-    "tune": cmd_tune, "serve": cmd_serve, "token": cmd_token, "jobs": cmd_jobs, "worker": cmd_worker,
-}  # fmt: skip
+    "ops": cmd_ops,
+    "run": cmd_run,
+    "apply": cmd_apply,
+    "export": cmd_export,
+    "best": cmd_best,
+    "db": cmd_db,
+    "tune": cmd_tune,
+    "serve": cmd_serve,
+    "token": cmd_token,
+    "jobs": cmd_jobs,
+    "worker": cmd_worker,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,7 +39,9 @@ class CoordinatorError(LoomtuneError):
     """The coordinator refused a request: `status` (HTTP) and `message` (the API's detail)."""
 
     def __init__(self, status: int | None, message: str, *, detail: Any = None) -> None:
-        super().__init__(f"coordinator: {status} {message}" if status is not None else f"coordinator: {message}")
+        super().__init__(
+            f"coordinator: {status} {message}" if status is not None else f"coordinator: {message}"
+        )
         self.status = status
         self.message = message
         self.detail = detail
@@ -90,7 +92,9 @@ def workload_spec(workload: Workload, params: Mapping[str, int] | None = None) -
             spec["params"] = {**dict(spec.get("params") or {}), **params}
             return spec
         return {"definition": dict(workload), "params": params}
-    raise TypeError(f"a workload is an operator name, a definition or its file, not {type(workload).__name__}")
+    raise TypeError(
+        f"a workload is an operator name, a definition or its file, not {type(workload).__name__}"
+    )
 
 
 def _int_param(name: str, value: Any) -> int:
@@ -130,9 +134,13 @@ class Client:
         token = token if token is not None else os.environ.get(TOKEN_ENV, "").strip() or None
         if http is None:
             if not url:
-                raise LoomtuneError(f"no coordinator: pass --coordinator URL or set {COORDINATOR_ENV}")
+                raise LoomtuneError(
+                    f"no coordinator: pass --coordinator URL or set {COORDINATOR_ENV}"
+                )
             if not url.startswith(("http://", "https://")):
-                raise LoomtuneError(f"the coordinator's URL must start with http:// or https://, got {url!r}")
+                raise LoomtuneError(
+                    f"the coordinator's URL must start with http:// or https://, got {url!r}"
+                )
             http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, verify=verify)
             self._owns_http = True
         else:
@@ -153,12 +161,23 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, method: str, path: str, *, json_body: Any = None, params: Mapping[str, Any] | None = None) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
         """One call: the answer's JSON; `CoordinatorError` for any status >= 400."""
         try:
-            r = self.http.request(method, path, json=json_body, params=params, headers=self._headers)
+            r = self.http.request(
+                method, path, json=json_body, params=params, headers=self._headers
+            )
         except httpx.TransportError as e:
-            raise CoordinatorUnreachable(f"cannot reach {self.url}: {e or type(e).__name__}") from None
+            raise CoordinatorUnreachable(
+                f"cannot reach {self.url}: {e or type(e).__name__}"
+            ) from None
         if r.status_code >= 400:
             try:
                 detail = r.json().get("detail", r.text)
@@ -185,14 +204,20 @@ class Client:
         seed: int | None = None,
     ) -> dict[str, Any]:
         """Queue a tuning job; the job (201). `target="host"` means the CPU of the coordinator's workers."""
-        body: dict[str, Any] = {"workload": workload_spec(workload, params), "target": target, "trials": trials}
+        body: dict[str, Any] = {
+            "workload": workload_spec(workload, params),
+            "target": target,
+            "trials": trials,
+        }
         if strategy is not None:
             body["strategy"] = strategy
         if seed is not None:
             body["seed"] = seed
         return self.request("POST", "/v1/jobs", json_body=body)
 
-    def jobs(self, *, status: str | None = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+    def jobs(
+        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
         """The caller's jobs (an admin's: everyone's), newest first."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if status is not None:
@@ -239,7 +264,11 @@ class Client:
                     return job
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id} did not finish within {timeout:g} s")
-            time.sleep(poll_seconds if deadline is None else max(0.0, min(poll_seconds, deadline - time.monotonic())))
+            time.sleep(
+                poll_seconds
+                if deadline is None
+                else max(0.0, min(poll_seconds, deadline - time.monotonic()))
+            )
 
     # -- schedules and workloads ----------------------------------------------------------
 
@@ -268,14 +297,22 @@ class Client:
                 query[k] = _int_param(k, v)
         return self.request("GET", "/v1/schedules/best", params=query)
 
-    def workloads(self, *, op: str | None = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+    def workloads(
+        self, *, op: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if op is not None:
             params["op"] = op
         return self.request("GET", "/v1/workloads", params=params)["workloads"]
 
     def records(
-        self, workload_key: str, *, target: str | None = None, status: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        workload_key: str,
+        *,
+        target: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
     ) -> list[dict[str, Any]]:
         """A workload's records: fastest correct first, then failures."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
@@ -283,7 +320,9 @@ class Client:
             params["target"] = target
         if status is not None:
             params["status"] = status
-        return self.request("GET", f"/v1/workloads/{workload_key}/records", params=params)["records"]
+        return self.request("GET", f"/v1/workloads/{workload_key}/records", params=params)[
+            "records"
+        ]
 
     # -- tokens and workers (admin) -------------------------------------------------------
 

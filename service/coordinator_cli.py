@@ -28,18 +28,32 @@ class TokenError(LoomtuneError):
 
 def add_coordinator_parsers(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the coordinator (REST API; refuses a stale schema)")
-    serve.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
-    serve.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    serve.add_argument("--ssl-certfile", metavar="F", help="TLS certificate (PEM); with --ssl-keyfile, serve HTTPS")
+    serve.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})"
+    )
+    serve.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+    )
+    serve.add_argument(
+        "--ssl-certfile", metavar="F", help="TLS certificate (PEM); with --ssl-keyfile, serve HTTPS"
+    )
     serve.add_argument("--ssl-keyfile", metavar="F", help="TLS private key (PEM)")
-    serve.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    serve.add_argument(
+        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
+    )
 
     token = sub.add_parser("token", help="API tokens of the coordinator: create, list, revoke")
     token_sub = token.add_subparsers(dest="token_command", required=True, parser_class=parser_class)
-    create = token_sub.add_parser("create", help="create a token; prints its secret once, on the last line")
+    create = token_sub.add_parser(
+        "create", help="create a token; prints its secret once, on the last line"
+    )
     create.add_argument("--role", required=True, choices=ROLES, help="admin, client or worker")
-    create.add_argument("--owner", metavar="NAME", help="who its jobs belong to (default: the role)")
-    create.add_argument("--json", action="store_true", help="print one JSON object (with the secret)")
+    create.add_argument(
+        "--owner", metavar="NAME", help="who its jobs belong to (default: the role)"
+    )
+    create.add_argument(
+        "--json", action="store_true", help="print one JSON object (with the secret)"
+    )
     listing = token_sub.add_parser("list", help="list tokens (never their secrets)")
     listing.add_argument("--json", action="store_true", help="print one JSON object")
     revoke = token_sub.add_parser("revoke", help="revoke a token: it is refused from now on")
@@ -62,7 +76,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
         raise UsageError("--ssl-certfile and --ssl-keyfile go together")
-    for option, path in (("--ssl-certfile", args.ssl_certfile), ("--ssl-keyfile", args.ssl_keyfile)):
+    for option, path in (
+        ("--ssl-certfile", args.ssl_certfile),
+        ("--ssl-keyfile", args.ssl_keyfile),
+    ):
         if path is not None and not Path(path).is_file():
             raise UsageError(f"{option}: no such file {path!r}")
     import uvicorn
@@ -71,7 +88,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from service.settings import Settings
 
     settings = Settings.from_env()
-    app = create_app(settings=settings, run_jobs=True)  # refuses a stale schema before the port opens
+    app = create_app(
+        settings=settings, run_jobs=True
+    )  # refuses a stale schema before the port opens
     scheme = "https" if args.ssl_certfile else "http"
     _log(f"loomtune coordinator on {scheme}://{args.host}:{args.port} (OpenAPI at /docs)")
     uvicorn.run(
@@ -113,8 +132,10 @@ def cmd_token(args: argparse.Namespace) -> int:
             if args.json:
                 _print_json({**shown, "secret": secret})
             else:
-                print(f"created {shown['role']} token {shown['id']} for owner {shown['owner']}; "
-                      "the secret below is shown this once")  # fmt: skip
+                print(
+                    f"created {shown['role']} token {shown['id']} for owner {shown['owner']}; "
+                    "the secret below is shown this once"
+                )
                 print(secret)
             return 0
         if args.token_command == "list":
@@ -125,7 +146,9 @@ def cmd_token(args: argparse.Namespace) -> int:
             else:
                 print(f"{'id':>5}  {'role':<7} {'owner':<24} {'created':<33} revoked")
                 for r in rows:
-                    print(f"{r['id']:>5}  {r['role']:<7} {r['owner']:<24} {r['created_at']:<33} {r['revoked_at'] or '-'}")
+                    print(
+                        f"{r['id']:>5}  {r['role']:<7} {r['owner']:<24} {r['created_at']:<33} {r['revoked_at'] or '-'}"
+                    )
             return 0
         with sessions.write() as session:
             shown = view(tokens.revoke_token(session, args.id))

@@ -51,16 +51,25 @@ class RunnerStopping(Exception):
 
 def _result_of(record: TuningRecord) -> MeasureResult:
     return MeasureResult(
-        record.status, record.run_times_ms if record.status == "ok" else (), record.message, record.worker,
-        0.0, record.llvm_version,
-    )  # fmt: skip
+        record.status,
+        record.run_times_ms if record.status == "ok" else (),
+        record.message,
+        record.worker,
+        0.0,
+        record.llvm_version,
+    )
 
 
 class LeaseRunner:
     """A `Runner` whose measurements are done by remote workers through candidate leases."""
 
     def __init__(
-        self, sessions: Sessions, job_id: int, runner: str, lease_seconds: float, stop: threading.Event | None = None
+        self,
+        sessions: Sessions,
+        job_id: int,
+        runner: str,
+        lease_seconds: float,
+        stop: threading.Event | None = None,
     ) -> None:
         self.sessions = sessions
         self.stop = stop or threading.Event()
@@ -164,7 +173,9 @@ class JobRunnerService:
             job_id = job.id
             try:
                 task = jobs.job_task(job)
-            except Exception as e:  # the spec was validated at submission; a newer loomtune may differ
+            except (
+                Exception
+            ) as e:  # the spec was validated at submission; a newer loomtune may differ
                 jobs.finish_job(s, job_id, self.name, "failed", f"cannot rebuild the workload: {e}")
                 return True
             target = jobs.job_target(s, job)
@@ -185,17 +196,29 @@ class JobRunnerService:
             # measured and waited for, and the search does not propose them again.
             remaining = max(0, progress.budget - progress.trials_done - len(pending))
             database = SQLDatabase(self.engine)
-            context = SearchContext(task, target, make_space(task, Target.parse(target)), database, pending)
+            context = SearchContext(
+                task, target, make_space(task, Target.parse(target)), database, pending
+            )
             strategy = make_strategy(strategy_name, context, seed)
             log.info("job %d: %s on %s, %d trials to go", job_id, task.op, target, remaining)
             run = tune_loop(
-                task, target, strategy=strategy, runner=runner, database=database, trials=remaining,
-                should_stop=self._stop.is_set, job_id=job_id,
-            )  # fmt: skip
+                task,
+                target,
+                strategy=strategy,
+                runner=runner,
+                database=database,
+                trials=remaining,
+                should_stop=self._stop.is_set,
+                job_id=job_id,
+            )
             if run.interrupted:
                 return  # this process is stopping: the job's lease expires and another runner resumes it
             self._wait_outstanding(runner, job_id)
-            note = f"the design space ran out after {run.trials_done} new trials" if run.exhausted else None
+            note = (
+                f"the design space ran out after {run.trials_done} new trials"
+                if run.exhausted
+                else None
+            )
             with self.sessions.write() as s:
                 jobs.finish_job(s, job_id, self.name, "succeeded", note)
         except JobStopped:

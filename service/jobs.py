@@ -72,7 +72,9 @@ def resolve_task(spec: Mapping[str, Any], loc: tuple[str, ...] = ("body", "workl
         raise Invalid((*loc, "definition"), str(e)) from None
     except LoomtuneError as e:
         text = str(e)
-        field = where() if "unknown operator" in text or "a workload is" in text else (*loc, "params")
+        field = (
+            where() if "unknown operator" in text or "a workload is" in text else (*loc, "params")
+        )
         raise Invalid(field, text) from None
     except RecursionError:
         raise Invalid(where(), "the workload is nested too deeply") from None
@@ -124,16 +126,26 @@ def resolve_target(
     except TargetError as e:
         raise Invalid(loc, str(e)) from None
     if text.split()[0] == "host":
-        machines = {Target.parse(t).with_threads(1) for t in served_targets(session, alive_seconds=alive_seconds)}
+        machines = {
+            Target.parse(t).with_threads(1)
+            for t in served_targets(session, alive_seconds=alive_seconds)
+        }
         if not machines:
-            raise Invalid(loc, "'host' means the CPU of this coordinator's workers and none is registered; name the target (llvm -mcpu=...)")
+            raise Invalid(
+                loc,
+                "'host' means the CPU of this coordinator's workers and none is registered; name the target (llvm -mcpu=...)",
+            )
         if len(machines) > 1:
             names = ", ".join(sorted(t.canonical() for t in machines))
-            raise Invalid(loc, f"'host' is ambiguous: workers serve {len(machines)} CPUs ({names}); name one")
+            raise Invalid(
+                loc, f"'host' is ambiguous: workers serve {len(machines)} CPUs ({names}); name one"
+            )
         parsed = machines.pop().with_threads(parsed.num_threads)
     canonical = parsed.canonical()
     if len(canonical) > MAX_TARGET or len(parsed.cpu) > MAX_CPU:
-        raise Invalid(loc, f"target too long (cpu at most {MAX_CPU}, target at most {MAX_TARGET} characters)")
+        raise Invalid(
+            loc, f"target too long (cpu at most {MAX_CPU}, target at most {MAX_TARGET} characters)"
+        )
     return canonical
 
 
@@ -146,7 +158,12 @@ def target_id(session: Session, canonical: str) -> int:
         parsed = Target.parse(canonical)
         session.execute(
             _insert(session, m.Target)
-            .values(canonical=canonical, cpu=parsed.cpu, features=list(parsed.features), threads=parsed.num_threads)
+            .values(
+                canonical=canonical,
+                cpu=parsed.cpu,
+                features=list(parsed.features),
+                threads=parsed.num_threads,
+            )
             .on_conflict_do_nothing()
         )
         found = session.scalar(select(m.Target.id).where(m.Target.canonical == canonical))
@@ -157,7 +174,13 @@ def target_id(session: Session, canonical: str) -> int:
 def commit_workload(session: Session, task: Any) -> None:
     session.execute(
         _insert(session, m.Workload)
-        .values(key=task.key, op=task.op, params=dict(task.params), definition=task.to_definition(), created_at=utc_now())
+        .values(
+            key=task.key,
+            op=task.op,
+            params=dict(task.params),
+            definition=task.to_definition(),
+            created_at=utc_now(),
+        )
         .on_conflict_do_nothing()
     )
 
@@ -208,7 +231,12 @@ def get_job(session: Session, job_id: int, caller: Caller, *, lock: bool = False
 
 
 def list_jobs(
-    session: Session, caller: Caller, *, status: str | None = None, limit: int = 100, offset: int = 0
+    session: Session,
+    caller: Caller,
+    *,
+    status: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
 ) -> list[m.Job]:
     """The caller's jobs (an admin's: everyone's), newest first."""
     query = select(m.Job).order_by(m.Job.id.desc())
@@ -252,16 +280,28 @@ def job_views(session: Session, jobs: Sequence[m.Job], *, alive_seconds: float) 
     """Jobs with their target, best so far and, while they wait, why."""
     if not jobs:
         return []
-    targets = dict(session.execute(select(m.Target.id, m.Target.canonical).where(m.Target.id.in_({j.target_id for j in jobs}))).all())
+    targets = dict(
+        session.execute(
+            select(m.Target.id, m.Target.canonical).where(
+                m.Target.id.in_({j.target_id for j in jobs})
+            )
+        ).all()
+    )
     workloads = {
         key: (op, params)
         for key, op, params in session.execute(
-            select(m.Workload.key, m.Workload.op, m.Workload.params).where(m.Workload.key.in_({j.workload_key for j in jobs}))
+            select(m.Workload.key, m.Workload.op, m.Workload.params).where(
+                m.Workload.key.in_({j.workload_key for j in jobs})
+            )
         ).all()
     }
     best = best_of_jobs(session, [j.id for j in jobs])
     alive_since = utc_now() - timedelta(seconds=alive_seconds)
-    served = set(session.scalars(select(m.Worker.target_id).where(m.Worker.last_heartbeat >= alive_since).distinct()))
+    served = set(
+        session.scalars(
+            select(m.Worker.target_id).where(m.Worker.last_heartbeat >= alive_since).distinct()
+        )
+    )
     views = []
     for job in jobs:
         reason = None
@@ -271,7 +311,9 @@ def job_views(session: Session, jobs: Sequence[m.Job], *, alive_seconds: float) 
             reason = "queued: waiting for a coordinator's job runner to start it"
         median, record_id = best.get(job.id, (None, None))
         op, params = workloads[job.workload_key]
-        views.append(JobView(job, op, dict(params), targets[job.target_id], median, record_id, reason))
+        views.append(
+            JobView(job, op, dict(params), targets[job.target_id], median, record_id, reason)
+        )
     return views
 
 
@@ -365,7 +407,9 @@ def job_target(session: Session, job: m.Job) -> str:
     return canonical
 
 
-def add_candidates(session: Session, job_id: int, traces: Sequence[tuple[Mapping[str, Any], str]]) -> list[int]:
+def add_candidates(
+    session: Session, job_id: int, traces: Sequence[tuple[Mapping[str, Any], str]]
+) -> list[int]:
     """Write candidates `(trace JSON, trace hash)` for workers to lease; their ids, in order.
 
     A trace the job already has keeps its candidate (and its id comes back):
@@ -376,7 +420,13 @@ def add_candidates(session: Session, job_id: int, traces: Sequence[tuple[Mapping
     for trace, trace_hash in traces:
         session.execute(
             _insert(session, m.Candidate)
-            .values(job_id=job_id, trace=dict(trace), trace_hash=trace_hash, status="pending", attempts=0)
+            .values(
+                job_id=job_id,
+                trace=dict(trace),
+                trace_hash=trace_hash,
+                status="pending",
+                attempts=0,
+            )
             .on_conflict_do_nothing()
         )
     hashes = [h for _, h in traces]
@@ -444,13 +494,19 @@ def job_progress(session: Session, job_id: int) -> JobProgress:
     if job is None:
         raise NotFound(f"job {job_id} not found")
     outstanding = session.scalar(
-        select(func.count()).where(m.Candidate.job_id == job_id, m.Candidate.status.in_(("pending", "leased")))
+        select(func.count()).where(
+            m.Candidate.job_id == job_id, m.Candidate.status.in_(("pending", "leased"))
+        )
     )
     best = best_of_jobs(session, [job_id]).get(job_id)
-    return JobProgress(job.status, job.budget, job.trials_done, int(outstanding or 0), best[0] if best else None)
+    return JobProgress(
+        job.status, job.budget, job.trials_done, int(outstanding or 0), best[0] if best else None
+    )
 
 
-def finish_job(session: Session, job_id: int, runner: str, status: str, error: str | None = None) -> bool:
+def finish_job(
+    session: Session, job_id: int, runner: str, status: str, error: str | None = None
+) -> bool:
     """End a job `runner` drives: succeeded, failed (with `error`) or cancelled.
 
     Candidates not yet measured are withdrawn. False (and nothing changes) when

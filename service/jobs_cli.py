@@ -22,32 +22,63 @@ EXIT_JOB_FAILED = 1
 
 
 def add_connection_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--coordinator", metavar="URL", help="the coordinator (default: LOOMTUNE_COORDINATOR)")
+    p.add_argument(
+        "--coordinator", metavar="URL", help="the coordinator (default: LOOMTUNE_COORDINATOR)"
+    )
     p.add_argument("--token", metavar="T", help="API token (default: LOOMTUNE_TOKEN)")
 
 
-def add_jobs_parsers(sub: Any, parser_class: type[argparse.ArgumentParser], positive_int: Callable[[str], int]) -> None:
+def add_jobs_parsers(
+    sub: Any, parser_class: type[argparse.ArgumentParser], positive_int: Callable[[str], int]
+) -> None:
     jobs = sub.add_parser("jobs", help="a coordinator's tuning jobs: submit, list, show, cancel")
     jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True, parser_class=parser_class)
 
     submit = jobs_sub.add_parser("submit", help="submit a tuning job to the coordinator")
     submit.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")
-    submit.add_argument("--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition")
-    submit.add_argument("--trials", type=positive_int, default=64, metavar="N", help="measurements to make (default 64)")
-    submit.add_argument("--target", metavar="T", default="host", help="'host' (the workers' CPU, default) or 'llvm -mcpu=... -mattr=... -num-threads=N'")
-    submit.add_argument("--strategy", metavar="S", help="search strategy (default: the coordinator's best available)")
-    submit.add_argument("--seed", type=int, default=None, metavar="S", help="random seed of the search")
-    submit.add_argument("--wait", action="store_true", help="follow the job until it ends (a progress bar on a terminal)")
+    submit.add_argument(
+        "--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition"
+    )
+    submit.add_argument(
+        "--trials",
+        type=positive_int,
+        default=64,
+        metavar="N",
+        help="measurements to make (default 64)",
+    )
+    submit.add_argument(
+        "--target",
+        metavar="T",
+        default="host",
+        help="'host' (the workers' CPU, default) or 'llvm -mcpu=... -mattr=... -num-threads=N'",
+    )
+    submit.add_argument(
+        "--strategy",
+        metavar="S",
+        help="search strategy (default: the coordinator's best available)",
+    )
+    submit.add_argument(
+        "--seed", type=int, default=None, metavar="S", help="random seed of the search"
+    )
+    submit.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow the job until it ends (a progress bar on a terminal)",
+    )
     submit.add_argument("--json", action="store_true", help="print one JSON object")
     add_connection_args(submit)
 
-    listing = jobs_sub.add_parser("list", help="your jobs (an admin's token: everyone's), newest first")
+    listing = jobs_sub.add_parser(
+        "list", help="your jobs (an admin's token: everyone's), newest first"
+    )
     listing.add_argument("--json", action="store_true", help="print one JSON object")
     add_connection_args(listing)
 
     show = jobs_sub.add_parser("show", help="a job: status, trials, best so far")
     show.add_argument("id", type=positive_int, metavar="ID", help="the job's id")
-    show.add_argument("--plot", metavar="FILE.png", help="write the tuning curve (best so far vs trials)")
+    show.add_argument(
+        "--plot", metavar="FILE.png", help="write the tuning curve (best so far vs trials)"
+    )
     show.add_argument("--json", action="store_true", help="print one JSON object")
     add_connection_args(show)
 
@@ -69,10 +100,14 @@ def job_json(job: dict[str, Any]) -> dict[str, Any]:
     workload = job.get("workload") or {}
     out = {k: job.get(k) for k in JOB_FIELDS}
     out.update(
-        op=workload.get("op"), params=workload.get("params"), workload_key=workload.get("key"),
-        target=job.get("target"), strategy=job.get("strategy"), seed=job.get("seed"),
+        op=workload.get("op"),
+        params=workload.get("params"),
+        workload_key=workload.get("key"),
+        target=job.get("target"),
+        strategy=job.get("strategy"),
+        seed=job.get("seed"),
         best_record_id=job.get("best_record_id"),
-    )  # fmt: skip
+    )
     return out
 
 
@@ -97,7 +132,9 @@ def _best_text(job: dict[str, Any]) -> str:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    return {"submit": _submit, "list": _list, "show": _show, "cancel": _cancel}[args.jobs_command](args)
+    return {"submit": _submit, "list": _list, "show": _show, "cancel": _cancel}[args.jobs_command](
+        args
+    )
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -108,15 +145,26 @@ def _submit(args: argparse.Namespace) -> int:
     op, params = parse_workload_args(args.workload, args.workload_file)
     workload: Any = Path(args.workload_file) if op is None else op
     with make_client(args) as client:
-        job = client.submit(workload, params, trials=args.trials, target=args.target, strategy=args.strategy, seed=args.seed)
-        _log(f"submitted job {job['id']}: {_describe(job)}, {job['trials']} trials on {short_target(job['target'])} ({job['status']})")
+        job = client.submit(
+            workload,
+            params,
+            trials=args.trials,
+            target=args.target,
+            strategy=args.strategy,
+            seed=args.seed,
+        )
+        _log(
+            f"submitted job {job['id']}: {_describe(job)}, {job['trials']} trials on {short_target(job['target'])} ({job['status']})"
+        )
         if job.get("waiting_reason"):
             _log(f"job {job['id']}: {job['waiting_reason']}")
         if args.wait:
             try:
                 job = _follow(client, job)
             except KeyboardInterrupt:
-                _log(f"stopped following job {job['id']}; it goes on (`loomtune jobs show {job['id']}`)")
+                _log(
+                    f"stopped following job {job['id']}; it goes on (`loomtune jobs show {job['id']}`)"
+                )
                 return 130
     if args.json:
         _print_json(job_json(job))
@@ -155,10 +203,16 @@ def _follow(client: Any, job: dict[str, Any]) -> dict[str, Any]:
         )
 
         progress = Progress(
-            TextColumn(f"job {job['id']}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
-            TimeElapsedColumn(), console=Console(stderr=True),
-        )  # fmt: skip
-        bar = progress.add_task("job", total=job["trials"], completed=job["trials_done"], state=job["status"])
+            TextColumn(f"job {job['id']}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[state]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+        )
+        bar = progress.add_task(
+            "job", total=job["trials"], completed=job["trials_done"], state=job["status"]
+        )
 
         def on_progress(j: dict[str, Any]) -> None:
             state = f"{j['status']}  best: {_best_text(j)}"
@@ -180,15 +234,22 @@ def _follow(client: Any, job: dict[str, Any]) -> dict[str, Any]:
             seen[0] = state
             last_log[0] = now
             why = f" ({j['waiting_reason']})" if j.get("waiting_reason") else ""
-            _log(f"job {j['id']}: {j['status']}, {j['trials_done']}/{j['trials']} trials, best {_best_text(j)}{why}")
+            _log(
+                f"job {j['id']}: {j['status']}, {j['trials_done']}/{j['trials']} trials, best {_best_text(j)}{why}"
+            )
 
     return client.wait(job["id"], poll_seconds=POLL_SECONDS, on_progress=on_change)
 
 
 def _print_job(job: dict[str, Any]) -> None:
     print(f"job {job['id']}: {_describe(job)} on {short_target(job['target'])}")
-    print(f"status: {job['status']}   trials: {job['trials_done']}/{job['trials']}   strategy: {job.get('strategy')}")
-    print(f"best: {_best_text(job)}" + (f" (record {job['best_record_id']})" if job.get("best_record_id") else ""))
+    print(
+        f"status: {job['status']}   trials: {job['trials_done']}/{job['trials']}   strategy: {job.get('strategy')}"
+    )
+    print(
+        f"best: {_best_text(job)}"
+        + (f" (record {job['best_record_id']})" if job.get("best_record_id") else "")
+    )
     if job.get("waiting_reason"):
         print(f"waiting: {job['waiting_reason']}")
     if job.get("error"):
@@ -209,7 +270,9 @@ def _list(args: argparse.Namespace) -> int:
     print(f"{'id':>6}  {'status':<10} {'trials':>13}  {'best':>12}  workload")
     for j in jobs:
         trials = f"{j['trials_done']}/{j['trials']}"
-        print(f"{j['id']:>6}  {j['status']:<10} {trials:>13}  {_best_text(j):>12}  {_describe(j)} on {short_target(j['target'])}")
+        print(
+            f"{j['id']:>6}  {j['status']:<10} {trials:>13}  {_best_text(j):>12}  {_describe(j)} on {short_target(j['target'])}"
+        )
     return 0
 
 
@@ -242,7 +305,9 @@ def _cancel(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(job_json(job))
     else:
-        print(f"job {job['id']} {job['status']} after {job['trials_done']}/{job['trials']} trials; its records are kept")
+        print(
+            f"job {job['id']} {job['status']} after {job['trials_done']}/{job['trials']} trials; its records are kept"
+        )
     return 0
 
 
@@ -296,7 +361,11 @@ def cmd_best_remote(args: argparse.Namespace) -> int:
         _print_json(result)
     else:
         params_text = " ".join(f"{k}={v}" for k, v in best["params"].items())
-        print(f"{best['op']} {params_text} on {short_target(best['target'])} (coordinator {client.url})")
+        print(
+            f"{best['op']} {params_text} on {short_target(best['target'])} (coordinator {client.url})"
+        )
         print(best_line(best["latency_ms"], len(best["run_times_ms"]), best.get("retimed_ms")))
-        print(f"record {best['record_id']}, measured {best['measured_at']} by {best.get('worker') or '?'}")
+        print(
+            f"record {best['record_id']}, measured {best['measured_at']} by {best.get('worker') or '?'}"
+        )
     return 0

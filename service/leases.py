@@ -37,7 +37,9 @@ from service.tokens import Caller
 from tuner.database import utc_now
 
 
-def register_worker(session: Session, caller: Caller, name: str, target: str) -> tuple[m.Worker, str]:
+def register_worker(
+    session: Session, caller: Caller, name: str, target: str
+) -> tuple[m.Worker, str]:
     """A new worker of the caller's owner serving `target` (explicit: a worker resolves `host` itself)."""
     from codegen.target import Target, TargetError
 
@@ -50,10 +52,16 @@ def register_worker(session: Session, caller: Caller, name: str, target: str) ->
         raise Invalid(loc, str(e)) from None
     canonical = parsed.canonical()
     if len(canonical) > MAX_TARGET or len(parsed.cpu) > MAX_CPU:
-        raise Invalid(loc, f"target too long (cpu at most {MAX_CPU}, target at most {MAX_TARGET} characters)")
+        raise Invalid(
+            loc, f"target too long (cpu at most {MAX_CPU}, target at most {MAX_TARGET} characters)"
+        )
     now = utc_now()
     worker = m.Worker(
-        target_id=target_id(session, canonical), name=name, owner=caller.owner, registered_at=now, last_heartbeat=now
+        target_id=target_id(session, canonical),
+        name=name,
+        owner=caller.owner,
+        registered_at=now,
+        last_heartbeat=now,
     )
     session.add(worker)
     session.flush()
@@ -84,10 +92,13 @@ _TOUCH = (
     .where(_WORKERS.c.id == bindparam("wid"))
     .values(last_heartbeat=bindparam("now"))
     .returning(
-        _WORKERS.c.id, _WORKERS.c.name, _WORKERS.c.owner, _WORKERS.c.target_id,
+        _WORKERS.c.id,
+        _WORKERS.c.name,
+        _WORKERS.c.owner,
+        _WORKERS.c.target_id,
         select(_TARGETS.c.canonical).where(_TARGETS.c.id == _WORKERS.c.target_id).scalar_subquery(),
     )
-)  # fmt: skip
+)
 _EXTEND = (
     update(_CANDIDATES)
     .where(
@@ -105,7 +116,9 @@ _LOCK_JOBS = (
     select(_JOBS.c.id, _JOBS.c.workload_key, _JOBS.c.target_id)
     .where(
         _JOBS.c.id.in_(
-            select(_CANDIDATES.c.job_id).where(_CANDIDATES.c.id.in_(bindparam("ids", expanding=True))).scalar_subquery()
+            select(_CANDIDATES.c.job_id)
+            .where(_CANDIDATES.c.id.in_(bindparam("ids", expanding=True)))
+            .scalar_subquery()
         )
     )
     .order_by(_JOBS.c.id)
@@ -113,14 +126,22 @@ _LOCK_JOBS = (
 )
 _LOCK_CANDIDATES = (
     select(
-        _CANDIDATES.c.id, _CANDIDATES.c.job_id, _CANDIDATES.c.status, _CANDIDATES.c.lease_holder,
-        _CANDIDATES.c.lease_expires_at, _CANDIDATES.c.record_id, _CANDIDATES.c.trace, _CANDIDATES.c.trace_hash,
+        _CANDIDATES.c.id,
+        _CANDIDATES.c.job_id,
+        _CANDIDATES.c.status,
+        _CANDIDATES.c.lease_holder,
+        _CANDIDATES.c.lease_expires_at,
+        _CANDIDATES.c.record_id,
+        _CANDIDATES.c.trace,
+        _CANDIDATES.c.trace_hash,
     )
     .where(_CANDIDATES.c.id.in_(bindparam("ids", expanding=True)))
     .order_by(_CANDIDATES.c.id)
     .with_for_update()
-)  # fmt: skip
-_TAKEN_RECORD_IDS = select(_RECORDS.c.record_id).where(_RECORDS.c.record_id.in_(bindparam("ids", expanding=True)))
+)
+_TAKEN_RECORD_IDS = select(_RECORDS.c.record_id).where(
+    _RECORDS.c.record_id.in_(bindparam("ids", expanding=True))
+)
 _FINISH_CANDIDATE = (
     update(_CANDIDATES)
     .where(_CANDIDATES.c.id == bindparam("cid"))
@@ -142,7 +163,9 @@ def _insert_records(session: Session) -> Any:
     return _INSERT_RECORDS[dialect]
 
 
-def touch_worker(session: Session, worker_id: int, caller: Caller, now: datetime | None = None) -> WorkerRow:
+def touch_worker(
+    session: Session, worker_id: int, caller: Caller, now: datetime | None = None
+) -> WorkerRow:
     """The worker the caller drives, its sign of life recorded: 404 when there is none, 403
     when another owner registered it (the raise rolls the touch back).
 
@@ -163,7 +186,9 @@ def _extend(session: Session, worker_id: int, now: datetime, until: datetime) ->
     return sorted(extended)
 
 
-def heartbeat(session: Session, worker: WorkerRow, lease_seconds: float) -> tuple[list[int], datetime]:
+def heartbeat(
+    session: Session, worker: WorkerRow, lease_seconds: float
+) -> tuple[list[int], datetime]:
     """Stay alive: the worker's leases that have not expired last `lease_seconds` from now.
 
     Returns the ids of those candidates: a worker that does not know one of them
@@ -202,7 +227,10 @@ def lease(session: Session, worker: WorkerRow, n: int, lease_seconds: float) -> 
     leased = lease_candidates(session, worker.target_id, worker.id, n, lease_seconds, now=now)
     if not leased:
         return []
-    jobs = {row.id: row for row in session.execute(_JOBS_OF_LEASES, {"ids": sorted({c.job_id for c in leased})})}
+    jobs = {
+        row.id: row
+        for row in session.execute(_JOBS_OF_LEASES, {"ids": sorted({c.job_id for c in leased})})
+    }
     return [
         Lease(
             candidate_id=c.id,
@@ -278,7 +306,9 @@ def submit_results(session: Session, worker: WorkerRow, results: Sequence[Result
             fresh.append((row, r))
     if stale:
         shown = ", ".join(str(x) for x in stale[:20]) + (" ..." if len(stale) > 20 else "")
-        raise Conflict(f"worker {worker.id} no longer holds the lease on candidate(s) {shown}; nothing of this post was stored")
+        raise Conflict(
+            f"worker {worker.id} no longer holds the lease on candidate(s) {shown}; nothing of this post was stored"
+        )
     if not fresh:
         return Accepted([], duplicates)
     taken = set(session.scalars(_TAKEN_RECORD_IDS, {"ids": [r.record_id for _, r in fresh]}))
@@ -290,13 +320,25 @@ def submit_results(session: Session, worker: WorkerRow, results: Sequence[Result
     for row, r in fresh:
         job = jobs[row.job_id]
         ok = r.status == "ok"
-        rows.append({
-            "record_id": r.record_id, "workload_key": job.workload_key, "target_id": job.target_id,
-            "job_id": job.id, "candidate_id": row.id, "trace": row.trace, "trace_hash": row.trace_hash,
-            "run_times": list(r.run_times_ms), "median_ms": float(statistics.median(r.run_times_ms)) if ok else None,
-            "status": r.status, "message": r.message, "worker": worker.name[:256],
-            "loomtune_version": r.loomtune_version, "llvm_version": r.llvm_version, "measured_at": now,
-        })  # fmt: skip
+        rows.append(
+            {
+                "record_id": r.record_id,
+                "workload_key": job.workload_key,
+                "target_id": job.target_id,
+                "job_id": job.id,
+                "candidate_id": row.id,
+                "trace": row.trace,
+                "trace_hash": row.trace_hash,
+                "run_times": list(r.run_times_ms),
+                "median_ms": float(statistics.median(r.run_times_ms)) if ok else None,
+                "status": r.status,
+                "message": r.message,
+                "worker": worker.name[:256],
+                "loomtune_version": r.loomtune_version,
+                "llvm_version": r.llvm_version,
+                "measured_at": now,
+            }
+        )
         per_job[row.job_id] = per_job.get(row.job_id, 0) + 1
     # The trace already measured for this workload and target (by another job): keep the first.
     # executemany form: compiled once and cached (a VALUES list of varying length is not)
@@ -307,7 +349,9 @@ def submit_results(session: Session, worker: WorkerRow, results: Sequence[Result
     return Accepted([row.id for row, _ in fresh], duplicates)
 
 
-def release(session: Session, worker: WorkerRow, candidate_ids: Iterable[int] | None = None) -> list[int]:
+def release(
+    session: Session, worker: WorkerRow, candidate_ids: Iterable[int] | None = None
+) -> list[int]:
     """Hand leases back (all of the worker's, or those named) for others to lease at once."""
     c = _CANDIDATES
     query = (
@@ -340,7 +384,11 @@ def list_workers(session: Session, *, alive_seconds: float) -> list[WorkerView]:
         ).all()
     )
     rows = session.execute(
-        select(m.Worker, m.Target.canonical).join(m.Target, m.Target.id == m.Worker.target_id).order_by(m.Worker.id)
+        select(m.Worker, m.Target.canonical)
+        .join(m.Target, m.Target.id == m.Worker.target_id)
+        .order_by(m.Worker.id)
     ).all()
     since = now - timedelta(seconds=alive_seconds)
-    return [WorkerView(w, t, as_utc(w.last_heartbeat) >= since, int(held.get(w.id, 0))) for w, t in rows]
+    return [
+        WorkerView(w, t, as_utc(w.last_heartbeat) >= since, int(held.get(w.id, 0))) for w, t in rows
+    ]

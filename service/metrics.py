@@ -61,11 +61,14 @@ class _DatabaseCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         rate = GaugeMetricFamily(
-            "loomtune_measurements_per_second", f"Results accepted per second by this process over the last {RATE_WINDOW_S:.0f} s"
+            "loomtune_measurements_per_second",
+            f"Results accepted per second by this process over the last {RATE_WINDOW_S:.0f} s",
         )
         rate.add_metric([], self.rate.per_second())
         yield rate
-        up = GaugeMetricFamily("loomtune_database_up", "Whether the last scrape could read the database")
+        up = GaugeMetricFamily(
+            "loomtune_database_up", "Whether the last scrape could read the database"
+        )
         try:
             families = list(self._from_database())
         except SQLAlchemyError:
@@ -81,38 +84,54 @@ class _DatabaseCollector(Collector):
         with self.sessions.read() as s:
             jobs = dict(s.execute(select(m.Job.status, func.count()).group_by(m.Job.status)).all())
             leased = s.scalar(
-                select(func.count()).where(m.Candidate.status == "leased", m.Candidate.lease_expires_at >= now)
+                select(func.count()).where(
+                    m.Candidate.status == "leased", m.Candidate.lease_expires_at >= now
+                )
             )
             expired = s.scalar(
-                select(func.count()).where(m.Candidate.status == "leased", m.Candidate.lease_expires_at < now)
+                select(func.count()).where(
+                    m.Candidate.status == "leased", m.Candidate.lease_expires_at < now
+                )
             )
             pending = s.scalar(select(func.count()).where(m.Candidate.status == "pending"))
             alive = s.scalar(
-                select(func.count()).where(m.Worker.last_heartbeat >= now - timedelta(seconds=self.settings.alive_seconds))
+                select(func.count()).where(
+                    m.Worker.last_heartbeat >= now - timedelta(seconds=self.settings.alive_seconds)
+                )
             )
             workers = s.scalar(select(func.count()).select_from(m.Worker))
-            records = dict(s.execute(select(m.Record.status, func.count()).group_by(m.Record.status)).all())
+            records = dict(
+                s.execute(select(m.Record.status, func.count()).group_by(m.Record.status)).all()
+            )
         family = GaugeMetricFamily("loomtune_jobs", "Jobs by status", labels=["status"])
         for status in JOB_STATUSES:
             family.add_metric([status], jobs.get(status, 0))
         yield family
         family = GaugeMetricFamily(
-            "loomtune_candidates", "Candidates waiting for a worker (pending, expired leases included) and leased", labels=["status"]
+            "loomtune_candidates",
+            "Candidates waiting for a worker (pending, expired leases included) and leased",
+            labels=["status"],
         )
         family.add_metric(["pending"], (pending or 0) + (expired or 0))
         family.add_metric(["leased"], leased or 0)
         yield family
-        family = GaugeMetricFamily("loomtune_workers_alive", "Workers that heartbeated within the lease time")
+        family = GaugeMetricFamily(
+            "loomtune_workers_alive", "Workers that heartbeated within the lease time"
+        )
         family.add_metric([], alive or 0)
         yield family
         family = GaugeMetricFamily("loomtune_workers_registered", "Workers ever registered")
         family.add_metric([], workers or 0)
         yield family
-        family = GaugeMetricFamily("loomtune_records", "Measurements stored, by status", labels=["status"])
+        family = GaugeMetricFamily(
+            "loomtune_records", "Measurements stored, by status", labels=["status"]
+        )
         for status in STATUSES:
             family.add_metric([status], records.get(status, 0))
         yield family
-        family = GaugeMetricFamily("loomtune_failures", "Failed measurements stored, by status", labels=["status"])
+        family = GaugeMetricFamily(
+            "loomtune_failures", "Failed measurements stored, by status", labels=["status"]
+        )
         for status in STATUSES:
             if status != "ok":
                 family.add_metric([status], records.get(status, 0))
@@ -126,14 +145,23 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.rate = _Rate(RATE_WINDOW_S)
         self.results = Counter(
-            "loomtune_results", "Results accepted by this process, by status", ["status"], registry=self.registry
+            "loomtune_results",
+            "Results accepted by this process, by status",
+            ["status"],
+            registry=self.registry,
         )
         for status in STATUSES:
             self.results.labels(status)  # every status shows, at 0, before the first result
         self.rejected_results = Counter(
-            "loomtune_results_rejected", "Result posts refused because the lease was no longer held", registry=self.registry
+            "loomtune_results_rejected",
+            "Result posts refused because the lease was no longer held",
+            registry=self.registry,
         )
-        self.leased = Counter("loomtune_candidates_leased", "Candidates handed out by this process", registry=self.registry)
+        self.leased = Counter(
+            "loomtune_candidates_leased",
+            "Candidates handed out by this process",
+            registry=self.registry,
+        )
         self.registry.register(_DatabaseCollector(sessions, settings, self.rate))
 
     def accepted(self, statuses: list[str]) -> None:

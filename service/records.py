@@ -18,7 +18,9 @@ from tuner.database import TuningRecord
 
 
 def _fetch(session: Session, query: Select[Any]) -> list[TuningRecord]:
-    return [to_tuning_record(rec, wl, canonical) for rec, wl, canonical in session.execute(query).all()]
+    return [
+        to_tuning_record(rec, wl, canonical) for rec, wl, canonical in session.execute(query).all()
+    ]
 
 
 def target_id_of(session: Session, canonical: str) -> int | None:
@@ -48,7 +50,11 @@ def records_of_workload(
 
 def records_of_job(session: Session, job_id: int) -> list[TuningRecord]:
     """A job's records in the order they were measured: its tuning curve."""
-    query = _select().where(m.Record.job_id == job_id).order_by(m.Record.measured_at, m.Record.record_id)
+    query = (
+        _select()
+        .where(m.Record.job_id == job_id)
+        .order_by(m.Record.measured_at, m.Record.record_id)
+    )
     return _fetch(session, query)
 
 
@@ -57,7 +63,9 @@ def record_by_id(session: Session, record_id: str) -> TuningRecord | None:
     return found[0] if found else None
 
 
-def record_of_trace(session: Session, workload_key: str, target_id: int, trace_hash: str) -> TuningRecord | None:
+def record_of_trace(
+    session: Session, workload_key: str, target_id: int, trace_hash: str
+) -> TuningRecord | None:
     found = _fetch(
         session,
         _select().where(
@@ -69,7 +77,9 @@ def record_of_trace(session: Session, workload_key: str, target_id: int, trace_h
     return found[0] if found else None
 
 
-def best_record(session: Session, workload_key: str, target: str) -> tuple[TuningRecord, float | None] | None:
+def best_record(
+    session: Session, workload_key: str, target: str
+) -> tuple[TuningRecord, float | None] | None:
     """The finalists' choice with its re-timed median, else the ok record with the lowest
     median and None (as `Database.best`); None when there is no ok record."""
     target_id = target_id_of(session, target)
@@ -79,7 +89,9 @@ def best_record(session: Session, workload_key: str, target: str) -> tuple[Tunin
     if record is None:
         return None
     final = final_of(session, workload_key, target_id, target)
-    return record, (final.retimed_ms if final is not None and final.record_id == record.record_id else None)
+    return record, (
+        final.retimed_ms if final is not None and final.record_id == record.record_id else None
+    )
 
 
 def best_of_jobs(session: Session, job_ids: list[int]) -> dict[int, tuple[float, str]]:
@@ -109,7 +121,9 @@ def list_workloads(
 ) -> list[tuple[m.Workload, int]]:
     """Workloads the database knows (newest first) with how many records each has."""
     counts = (
-        select(m.Record.workload_key, func.count().label("n")).group_by(m.Record.workload_key).subquery()
+        select(m.Record.workload_key, func.count().label("n"))
+        .group_by(m.Record.workload_key)
+        .subquery()
     )
     query = (
         select(m.Workload, func.coalesce(counts.c.n, 0))

@@ -69,11 +69,13 @@ class _In(BaseModel):
 class WorkloadIn(_In):
     """A library operator with parameters, or a custom definition (`loomtune.workload/1`)."""
 
-    op: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)] | None = Field(
-        default=None, description="a library operator (`loomtune ops`)", examples=["matmul"]
-    )
+    op: (
+        Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)] | None
+    ) = Field(default=None, description="a library operator (`loomtune ops`)", examples=["matmul"])
     params: dict[Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)], Int] = Field(
-        default_factory=dict, description="parameters, name -> integer", examples=[{"m": 256, "n": 256, "k": 256}]
+        default_factory=dict,
+        description="parameters, name -> integer",
+        examples=[{"m": 256, "n": 256, "k": 256}],
     )
     definition: dict[str, Any] | None = Field(
         default=None, description="a custom workload definition (loomtune.workload/1)"
@@ -82,7 +84,9 @@ class WorkloadIn(_In):
     @model_validator(mode="after")
     def _one_kind(self) -> WorkloadIn:
         if (self.op is None) == (self.definition is None):
-            raise ValueError('a workload is {"op", "params"} or {"definition", "params"}: give exactly one of op, definition')
+            raise ValueError(
+                'a workload is {"op", "params"} or {"definition", "params"}: give exactly one of op, definition'
+            )
         return self
 
     def spec(self) -> dict[str, Any]:
@@ -97,9 +101,15 @@ class JobCreate(_In):
         default="host",
         description="'host' (the CPU of this coordinator's workers) or 'llvm -mcpu=... -mattr=... -num-threads=N'",
     )
-    trials: Annotated[Int, Field(ge=1, description="the budget: measurements to make (at most LOOMTUNE_MAX_TRIALS)")]
-    strategy: Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=_PRINTABLE)] | None = Field(
-        default=None, description="search strategy (default: evolutionary when it exists, else replay)"
+    trials: Annotated[
+        Int,
+        Field(ge=1, description="the budget: measurements to make (at most LOOMTUNE_MAX_TRIALS)"),
+    ]
+    strategy: (
+        Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=_PRINTABLE)] | None
+    ) = Field(
+        default=None,
+        description="search strategy (default: evolutionary when it exists, else replay)",
     )
     seed: Annotated[Int, Field(ge=0, le=MAX_ID)] | None = None
 
@@ -108,7 +118,9 @@ class WorkloadRef(BaseModel):
     key: str
     op: str
     params: dict[str, int]
-    spec: dict[str, Any] | None = Field(description="the workload as submitted ({op, params} or {definition, params})")
+    spec: dict[str, Any] | None = Field(
+        description="the workload as submitted ({op, params} or {definition, params})"
+    )
 
 
 class JobOut(BaseModel):
@@ -206,7 +218,8 @@ class BestOut(BaseModel):
     measured_at: datetime
     latency_ms: float = Field(description="the stored median, ms")
     retimed_ms: float | None = Field(
-        default=None, description="its median when a tuning run's finalists were re-timed together and chose it, ms"
+        default=None,
+        description="its median when a tuning run's finalists were re-timed together and chose it, ms",
     )
     run_times_ms: list[float]
     worker: str
@@ -219,7 +232,9 @@ class BestOut(BaseModel):
 
 class TokenCreate(_In):
     role: Role
-    owner: Owner | None = Field(default=None, description="who the token's jobs belong to (default: the role)")
+    owner: Owner | None = Field(
+        default=None, description="who the token's jobs belong to (default: the role)"
+    )
 
 
 class TokenOut(BaseModel):
@@ -243,7 +258,9 @@ class TokenList(BaseModel):
 
 class WorkerRegister(_In):
     name: Name
-    target: TargetText = Field(description="the worker's CPU: 'llvm -mcpu=... -mattr=... -num-threads=N'")
+    target: TargetText = Field(
+        description="the worker's CPU: 'llvm -mcpu=... -mattr=... -num-threads=N'"
+    )
 
 
 class WorkerOut(BaseModel):
@@ -269,7 +286,9 @@ class WorkerList(BaseModel):
 class HeartbeatOut(BaseModel):
     worker_id: int
     leases_extended: int
-    held: list[int] = Field(default_factory=list, description="candidates this worker holds now (extended)")
+    held: list[int] = Field(
+        default_factory=list, description="candidates this worker holds now (extended)"
+    )
     lease_expires_at: datetime
     lease_seconds: float
     heartbeat_seconds: float
@@ -283,7 +302,9 @@ class LeasedCandidate(BaseModel):
     candidate_id: int
     job_id: int
     workload_key: str
-    workload: dict[str, Any] = Field(description="the workload spec ({op, params} or {definition, params})")
+    workload: dict[str, Any] = Field(
+        description="the workload spec ({op, params} or {definition, params})"
+    )
     target: str
     trace: dict[str, Any]
     trace_hash: str
@@ -299,9 +320,13 @@ class LeaseOut(BaseModel):
 
 class ResultIn(_In):
     candidate_id: Id
-    record_id: uuid.UUID = Field(description="a UUID the worker gives the measurement; posting it again is a no-op")
+    record_id: uuid.UUID = Field(
+        description="a UUID the worker gives the measurement; posting it again is a no-op"
+    )
     status: RecordStatus
-    run_times_ms: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=list, max_length=100_000)
+    run_times_ms: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=list, max_length=100_000
+    )
     message: Message = ""
     loomtune_version: Version = ""
     llvm_version: Version = ""
@@ -326,11 +351,15 @@ class ResultsIn(_In):
 
 class ResultsOut(BaseModel):
     accepted: list[int] = Field(description="candidates this post finished")
-    duplicates: list[int] = Field(description="candidates whose result (same record id) was already accepted")
+    duplicates: list[int] = Field(
+        description="candidates whose result (same record id) was already accepted"
+    )
 
 
 class ReleaseIn(_In):
-    candidate_ids: list[Id] | None = Field(default=None, description="leases to hand back (default: all)", max_length=10_000)
+    candidate_ids: list[Id] | None = Field(
+        default=None, description="leases to hand back (default: all)", max_length=10_000
+    )
 
 
 class ReleaseOut(BaseModel):

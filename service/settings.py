@@ -55,7 +55,11 @@ class Settings:
         value = self.auth_cache_seconds
         if not isinstance(value, int | float) or not math.isfinite(value) or not 0 <= value <= 3600:
             raise SettingsError(f"auth_cache_seconds must be between 0 and 3600 s, got {value!r}")
-        if not isinstance(self.max_trials, int) or isinstance(self.max_trials, bool) or self.max_trials < 1:
+        if (
+            not isinstance(self.max_trials, int)
+            or isinstance(self.max_trials, bool)
+            or self.max_trials < 1
+        ):
             raise SettingsError(f"max_trials must be a positive integer, got {self.max_trials!r}")
         if self.admin_token is not None and len(self.admin_token) < 16:
             raise SettingsError(f"{ADMIN_TOKEN_ENV} must be at least 16 characters")
@@ -84,9 +88,13 @@ class Settings:
             try:
                 values[name] = parse(text)
             except ValueError:
-                raise SettingsError(f"{key} must be a {'number' if parse is float else 'whole number'}, got {text!r}") from None
+                raise SettingsError(
+                    f"{key} must be a {'number' if parse is float else 'whole number'}, got {text!r}"
+                ) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return Settings(**values)  # type: ignore[arg-type]
         except SettingsError as e:
-            raise SettingsError(f"{e} (check the environment: {LEASE_SECONDS_ENV}, {HEARTBEAT_SECONDS_ENV}, {MAX_TRIALS_ENV}, {AUTH_CACHE_SECONDS_ENV})") from None
+            raise SettingsError(
+                f"{e} (check the environment: {LEASE_SECONDS_ENV}, {HEARTBEAT_SECONDS_ENV}, {MAX_TRIALS_ENV}, {AUTH_CACHE_SECONDS_ENV})"
+            ) from None

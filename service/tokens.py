@@ -56,7 +56,10 @@ class Caller:
 
 def check_owner(owner: str, loc: tuple[str, ...] = ("body", "owner")) -> str:
     if not isinstance(owner, str) or not _OWNER.fullmatch(owner):
-        raise Invalid(loc, f"an owner is 1-128 letters, digits or _.@+- starting with a letter or digit, got {owner!r}")
+        raise Invalid(
+            loc,
+            f"an owner is 1-128 letters, digits or _.@+- starting with a letter or digit, got {owner!r}",
+        )
     return owner
 
 
@@ -71,7 +74,9 @@ def create_token(session: Session, role: str, owner: str | None = None) -> tuple
     check_role(role)
     owner = check_owner(owner if owner is not None else role)
     secret = new_secret()
-    token = m.ApiToken(hashed_secret=hash_secret(secret), role=role, owner=owner, created_at=utc_now())
+    token = m.ApiToken(
+        hashed_secret=hash_secret(secret), role=role, owner=owner, created_at=utc_now()
+    )
     session.add(token)
     session.flush()
     return token, secret
@@ -98,7 +103,9 @@ def revoke_token(session: Session, token_id: int) -> m.ApiToken:
 def authenticate_hash(session: Session, hashed: str) -> Caller | None:
     """The caller a secret's hash (`hash_secret`) stands for; None when unknown or revoked."""
     token = session.execute(
-        select(m.ApiToken.id, m.ApiToken.role, m.ApiToken.owner, m.ApiToken.revoked_at).where(m.ApiToken.hashed_secret == hashed)
+        select(m.ApiToken.id, m.ApiToken.role, m.ApiToken.owner, m.ApiToken.revoked_at).where(
+            m.ApiToken.hashed_secret == hashed
+        )
     ).one_or_none()
     if token is None or token.revoked_at is not None:
         return None
@@ -115,7 +122,9 @@ class CallerCache:
     (another coordinator, `loomtune token revoke`). `ttl` 0 keeps nothing.
     """
 
-    def __init__(self, ttl: float, *, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, ttl: float, *, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.ttl = ttl
         self.max_entries = max_entries
         self._clock = clock
@@ -156,6 +165,11 @@ def ensure_admin_token(session: Session, secret: str) -> None:
 
     session.execute(
         _insert(session, m.ApiToken)
-        .values(hashed_secret=hash_secret(secret), role="admin", owner=ADMIN_TOKEN_OWNER, created_at=utc_now())
+        .values(
+            hashed_secret=hash_secret(secret),
+            role="admin",
+            owner=ADMIN_TOKEN_OWNER,
+            created_at=utc_now(),
+        )
         .on_conflict_do_nothing()
     )

@@ -11,15 +11,35 @@ from tuner.database import STATUSES
 
 
 def add_tune_parser(sub: Any, positive_int: Any) -> None:
-    tune = sub.add_parser("tune", help="tune a workload on this machine (local database and worker pool)")
+    tune = sub.add_parser(
+        "tune", help="tune a workload on this machine (local database and worker pool)"
+    )
     tune.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")
-    tune.add_argument("--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition")
-    tune.add_argument("--tasks", metavar="FILE.json", help="several weighted workloads sharing one budget")
-    tune.add_argument("--trials", type=positive_int, default=64, metavar="N", help="new measurements this run (default 64)")
-    tune.add_argument("--threads", type=positive_int, default=1, metavar="N", help="threads (default 1)")
-    tune.add_argument("--strategy", metavar="S", help="evolutionary | replay (default: the best available)")
-    tune.add_argument("--seed", type=int, default=0, metavar="S", help="random seed of the search (default 0)")
-    tune.add_argument("--plot", metavar="FILE.png", help="write the tuning curve (best so far vs trials)")
+    tune.add_argument(
+        "--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition"
+    )
+    tune.add_argument(
+        "--tasks", metavar="FILE.json", help="several weighted workloads sharing one budget"
+    )
+    tune.add_argument(
+        "--trials",
+        type=positive_int,
+        default=64,
+        metavar="N",
+        help="new measurements this run (default 64)",
+    )
+    tune.add_argument(
+        "--threads", type=positive_int, default=1, metavar="N", help="threads (default 1)"
+    )
+    tune.add_argument(
+        "--strategy", metavar="S", help="evolutionary | replay (default: the best available)"
+    )
+    tune.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="random seed of the search (default 0)"
+    )
+    tune.add_argument(
+        "--plot", metavar="FILE.png", help="write the tuning curve (best so far vs trials)"
+    )
     tune.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -39,14 +59,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
     _log(f"tuning {task.op} {_params(task.params)}: {args.trials} trials, {args.threads} thread(s)")
     with _progress(args.trials) as on_trial, graceful_interrupt() as should_stop:
         outcome = tune_task(
-            task, threads=args.threads, trials=args.trials, strategy=args.strategy, seed=args.seed,
-            on_trial=on_trial, should_stop=should_stop,
-        )  # fmt: skip
+            task,
+            threads=args.threads,
+            trials=args.trials,
+            strategy=args.strategy,
+            seed=args.seed,
+            on_trial=on_trial,
+            should_stop=should_stop,
+        )
     if outcome.run.interrupted or outcome.run.exhausted:
         _log(f"stopped: {outcome.run.stop_reason}")
     result = tune_result(outcome, args.trials)
     if args.plot is not None:
-        write_plot(args.plot, outcome.run.history, result["numpy_ms"], f"{task.op} {_params(task.params)}")
+        write_plot(
+            args.plot, outcome.run.history, result["numpy_ms"], f"{task.op} {_params(task.params)}"
+        )
         _log(f"wrote {args.plot}")
     if args.json:
         _print_json(result)
@@ -104,7 +131,11 @@ def tune_result(outcome: Any, trials: int) -> dict[str, Any]:
 
 def _finalist(f: Any) -> dict[str, Any]:
     """A finalist's record, its tuning median and its re-timed median (workers/finalists.py)."""
-    out = {"record_id": f.record.record_id, "tuning_ms": f.record.median_ms, "retimed_ms": f.retimed_ms}
+    out = {
+        "record_id": f.record.record_id,
+        "tuning_ms": f.record.median_ms,
+        "retimed_ms": f.retimed_ms,
+    }
     if f.message:
         out["message"] = f.message
     return out
@@ -148,12 +179,19 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
     from service.tuning import tune_tasks
 
     tasks = load_tasks_file(args.tasks)
-    _log(f"tuning {len(tasks)} workloads under one budget of {args.trials} trials, {args.threads} thread(s)")
+    _log(
+        f"tuning {len(tasks)} workloads under one budget of {args.trials} trials, {args.threads} thread(s)"
+    )
     with _progress(args.trials) as on_trial, graceful_interrupt() as should_stop:
         outcome = tune_tasks(
-            tasks, threads=args.threads, trials=args.trials, strategy=args.strategy, seed=args.seed,
-            on_trial=on_trial, should_stop=should_stop,
-        )  # fmt: skip
+            tasks,
+            threads=args.threads,
+            trials=args.trials,
+            strategy=args.strategy,
+            seed=args.seed,
+            on_trial=on_trial,
+            should_stop=should_stop,
+        )
     results = [tune_result(o, o.run.trials_done) for o in outcome.outcomes]
     for r, (_, w) in zip(results, tasks):
         r["weight"] = w
@@ -167,7 +205,11 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
         for r in results:
             _print_table(r)
         total = outcome.weighted_latency_ms
-        print(f"weighted latency: {total:.4f} ms" if total is not None else "weighted latency: - (a workload has no correct kernel)")
+        print(
+            f"weighted latency: {total:.4f} ms"
+            if total is not None
+            else "weighted latency: - (a workload has no correct kernel)"
+        )
     if not all(r["correct"] for r in results):
         _log("loomtune: a workload has no correct kernel")
         return EXIT_INCORRECT
@@ -224,9 +266,14 @@ class _progress:
         )
 
         self.progress = Progress(
-            TextColumn("tuning"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[best]}"),
-            TimeElapsedColumn(), console=Console(stderr=True), transient=False,
-        )  # fmt: skip
+            TextColumn("tuning"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[best]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
         self.progress.start()
         bar = self.progress.add_task("tune", total=self.total, best="best: -")
 
@@ -280,9 +327,18 @@ def write_plots(path: str, results: list[dict[str, Any]]) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     for r in results:
-        pts = [(i + 1, r["numpy_ms"] / v) for i, v in enumerate(r["history"]) if v is not None and r["numpy_ms"]]
+        pts = [
+            (i + 1, r["numpy_ms"] / v)
+            for i, v in enumerate(r["history"])
+            if v is not None and r["numpy_ms"]
+        ]
         if pts:
-            ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=f"{r['op']} (w={r['weight']:g})")
+            ax.step(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                where="post",
+                label=f"{r['op']} (w={r['weight']:g})",
+            )
     ax.axhline(1.0, color="tab:red", linestyle="--", label="numpy")
     ax.set_xlabel("trials of that workload")
     ax.set_ylabel("speed vs numpy (higher is better)")
@@ -303,12 +359,16 @@ def _print_table(r: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{r['op']} {_params(r['params'])} — {r['trials_done']} trials in {r['tuning_seconds']:.1f} s")
+    table = Table(
+        title=f"{r['op']} {_params(r['params'])} — {r['trials_done']} trials in {r['tuning_seconds']:.1f} s"
+    )
     for col in ("", "latency (ms)", "GFLOP/s", "vs numpy"):
         table.add_column(col, justify="right")
     if r["correct"]:
         g = f"{r['gflops']:.2f}" if r["gflops"] is not None else "-"
-        table.add_row("loomtune (best)", f"{r['latency_ms']:.4f}", g, f"{r['speedup_vs_numpy']:.2f}x")
+        table.add_row(
+            "loomtune (best)", f"{r['latency_ms']:.4f}", g, f"{r['speedup_vs_numpy']:.2f}x"
+        )
         table.add_row("numpy", f"{r['numpy_ms']:.4f}", "", "1.00x")
     else:
         table.add_row("loomtune", "no correct kernel", "", "")

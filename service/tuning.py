@@ -61,22 +61,34 @@ def _contenders(task: Task, canonical: str, database: Database) -> list[TuningRe
     return [reigning, *(r for r in top if r.record_id != reigning.record_id)]
 
 
-def _finish(task: Task, target: Target, strategy: str, run: TuneRun, database: Database, compare: bool) -> TuneOutcome:
+def _finish(
+    task: Task, target: Target, strategy: str, run: TuneRun, database: Database, compare: bool
+) -> TuneOutcome:
     canonical = target.canonical()
     top = _contenders(task, canonical, database)
     outcome = TuneOutcome(task, target, strategy, run, top[0] if top else None)
     if outcome.best is not None:
         chosen = select_fastest(task, target, top)
         if chosen is not None:
-            outcome.best, outcome.kernel, outcome.finalists = chosen.best, chosen.kernel, chosen.finalists
+            outcome.best, outcome.kernel, outcome.finalists = (
+                chosen.best,
+                chosen.kernel,
+                chosen.finalists,
+            )
             winner = chosen.finalists[0]
-            if winner.retimed_ms is not None:  # timed beside others: the database's best from now on
-                database.commit_final(task.key, canonical, winner.record.record_id, winner.retimed_ms)
+            if (
+                winner.retimed_ms is not None
+            ):  # timed beside others: the database's best from now on
+                database.commit_final(
+                    task.key, canonical, winner.record.record_id, winner.retimed_ms
+                )
         else:
             program = Trace.from_json(outcome.best.trace).apply(task.program).program
             outcome.kernel = compile_program(program, target)
         if compare:
-            outcome.comparison = compare_with_numpy(outcome.kernel, task, threads=target.num_threads)
+            outcome.comparison = compare_with_numpy(
+                outcome.kernel, task, threads=target.num_threads
+            )
     return outcome
 
 
@@ -115,9 +127,16 @@ def tune_task(
         runner = LocalPool(threads=threads)
     try:
         run = tune_loop(
-            task, canonical, strategy=search, runner=runner, database=database, trials=trials,
-            batch_size=batch_size, on_trial=on_trial, should_stop=should_stop,
-        )  # fmt: skip
+            task,
+            canonical,
+            strategy=search,
+            runner=runner,
+            database=database,
+            trials=trials,
+            batch_size=batch_size,
+            on_trial=on_trial,
+            should_stop=should_stop,
+        )
     finally:
         if own_runner:
             runner.close()
@@ -167,7 +186,12 @@ def tune_tasks(
     canonical = target.canonical()
     name = strategy or default_strategy()
     scheduled = scheduled_tasks(
-        tasks, target=canonical, database=database, space_of=lambda t: make_space(t, target), strategy=name, seed=seed
+        tasks,
+        target=canonical,
+        database=database,
+        space_of=lambda t: make_space(t, target),
+        strategy=name,
+        seed=seed,
     )
     own_runner = runner is None
     if runner is None:
@@ -175,7 +199,11 @@ def tune_tasks(
 
         runner = LocalPool(threads=threads)
     scheduler = TaskScheduler(
-        scheduled, target=canonical, runner=runner, database=database, config=SchedulerConfig(policy=policy, seed=seed)
+        scheduled,
+        target=canonical,
+        runner=runner,
+        database=database,
+        config=SchedulerConfig(policy=policy, seed=seed),
     )
     done = [0]
 

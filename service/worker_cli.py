@@ -15,11 +15,25 @@ from typing import Any
 
 
 def add_worker_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
-    worker = sub.add_parser("worker", help="measure candidates for a coordinator (runs until SIGTERM/Ctrl-C)")
-    worker.add_argument("--coordinator", metavar="URL", help="the coordinator (default: LOOMTUNE_COORDINATOR)")
+    worker = sub.add_parser(
+        "worker", help="measure candidates for a coordinator (runs until SIGTERM/Ctrl-C)"
+    )
+    worker.add_argument(
+        "--coordinator", metavar="URL", help="the coordinator (default: LOOMTUNE_COORDINATOR)"
+    )
     worker.add_argument("--token", metavar="T", help="a worker token (default: LOOMTUNE_TOKEN)")
-    worker.add_argument("--threads", type=positive_int, default=1, metavar="N", help="threads per candidate: the target's -num-threads (default 1)")
-    worker.add_argument("--cores", metavar="LIST", help="cores to use, e.g. 0-3 or 0,2 (default: all); one slot per N of them")
+    worker.add_argument(
+        "--threads",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="threads per candidate: the target's -num-threads (default 1)",
+    )
+    worker.add_argument(
+        "--cores",
+        metavar="LIST",
+        help="cores to use, e.g. 0-3 or 0,2 (default: all); one slot per N of them",
+    )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -31,7 +45,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not url:
         raise UsageError(f"no coordinator: pass --coordinator URL or set {COORDINATOR_ENV}")
     if not token:
-        raise UsageError(f"no token: pass --token T or set {TOKEN_ENV} (`loomtune token create --role worker`)")
+        raise UsageError(
+            f"no token: pass --token T or set {TOKEN_ENV} (`loomtune token create --role worker`)"
+        )
     cores = parse_cores(args.cores) if args.cores is not None else None
     config = WorkerConfig(coordinator=url, token=token, threads=args.threads, cores=cores)
     return run_worker(config)

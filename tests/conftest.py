@@ -12,7 +12,9 @@ import pytest
 def _isolated_database(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Commands open the tuning database; tests (and their subprocesses) never use the user's."""
     if "LOOMTUNE_DATABASE_URL" not in os.environ:
-        os.environ["LOOMTUNE_DATABASE_URL"] = f"sqlite:///{tmp_path_factory.mktemp('db') / 'loomtune.db'}"
+        os.environ["LOOMTUNE_DATABASE_URL"] = (
+            f"sqlite:///{tmp_path_factory.mktemp('db') / 'loomtune.db'}"
+        )
 
 
 def _normalise(text: str) -> str:

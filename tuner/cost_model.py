@@ -50,7 +50,10 @@ def normalised_throughput(latencies: Sequence[float | None], groups: Sequence[st
         if lat is not None and lat > 0 and (g not in best or lat < best[g]):
             best[g] = lat
     return np.asarray(
-        [best[g] / lat if lat is not None and lat > 0 else 0.0 for lat, g in zip(latencies, groups)],
+        [
+            best[g] / lat if lat is not None and lat > 0 else 0.0
+            for lat, g in zip(latencies, groups)
+        ],
         dtype=np.float32,
     )
 
@@ -71,7 +74,9 @@ class XGBCostModel:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise CostModelError(f"unknown cost model objective {self.objective!r}; expected one of {OBJECTIVES}")
+            raise CostModelError(
+                f"unknown cost model objective {self.objective!r}; expected one of {OBJECTIVES}"
+            )
         self._rng = random.Random(self.seed)
 
     @property
@@ -82,12 +87,22 @@ class XGBCostModel:
     def trained(self) -> bool:
         return self._booster is not None
 
-    def add(self, features: Sequence[np.ndarray], latencies: Sequence[float | None], groups: Sequence[str]) -> None:
+    def add(
+        self,
+        features: Sequence[np.ndarray],
+        latencies: Sequence[float | None],
+        groups: Sequence[str],
+    ) -> None:
         self.features.extend(np.asarray(f, dtype=np.float32) for f in features)
         self.latencies.extend(latencies)
         self.groups.extend(groups)
 
-    def update(self, features: Sequence[np.ndarray], latencies: Sequence[float | None], groups: Sequence[str]) -> None:
+    def update(
+        self,
+        features: Sequence[np.ndarray],
+        latencies: Sequence[float | None],
+        groups: Sequence[str],
+    ) -> None:
         """Add samples and retrain (once there are enough, with at least one success)."""
         self.add(features, latencies, groups)
         self.fit()
@@ -100,13 +115,21 @@ class XGBCostModel:
         x = np.stack(self.features)
         y = normalised_throughput(self.latencies, self.groups)
         params: dict[str, object] = {
-            "max_depth": 6, "eta": 0.2, "min_child_weight": 1, "subsample": 1.0,
-            "seed": self.seed, "nthread": 1, "verbosity": 0, "tree_method": "hist",
-        }  # fmt: skip
+            "max_depth": 6,
+            "eta": 0.2,
+            "min_child_weight": 1,
+            "subsample": 1.0,
+            "seed": self.seed,
+            "nthread": 1,
+            "verbosity": 0,
+            "tree_method": "hist",
+        }
         if self.objective == "rank":
             order = sorted(range(len(self.groups)), key=lambda i: self.groups[i])
             qid_of = {g: i for i, g in enumerate(sorted(set(self.groups)))}
-            dtrain = xgb.DMatrix(x[order], label=y[order], qid=[qid_of[self.groups[i]] for i in order])
+            dtrain = xgb.DMatrix(
+                x[order], label=y[order], qid=[qid_of[self.groups[i]] for i in order]
+            )
             params["objective"] = "rank:pairwise"
         else:
             dtrain = xgb.DMatrix(x, label=y)
@@ -122,7 +145,9 @@ class XGBCostModel:
             return np.asarray([self._rng.random() for _ in range(n)], dtype=np.float32)
         import xgboost as xgb
 
-        return self._booster.predict(xgb.DMatrix(np.stack([np.asarray(f, dtype=np.float32) for f in features])))  # type: ignore[attr-defined]
+        return self._booster.predict(
+            xgb.DMatrix(np.stack([np.asarray(f, dtype=np.float32) for f in features]))
+        )  # type: ignore[attr-defined]
 
     # -- persistence -----------------------------------------------------------------
 
@@ -130,9 +155,12 @@ class XGBCostModel:
         """The trained booster with a small header; the samples themselves stay in the database."""
         raw = bytes(self._booster.save_raw("ubj")) if self._booster is not None else b""  # type: ignore[attr-defined]
         header = {
-            "format": MODEL_FORMAT, "objective": self.objective, "samples": self.samples, "seed": self.seed,
+            "format": MODEL_FORMAT,
+            "objective": self.objective,
+            "samples": self.samples,
+            "seed": self.seed,
             "sha256": hashlib.sha256(raw).hexdigest(),
-        }  # fmt: skip
+        }
         head = json.dumps(header).encode()
         return len(head).to_bytes(4, "big") + head + raw
 
@@ -149,7 +177,9 @@ class XGBCostModel:
         # XGBoost may crash the process on a damaged booster, so damage is caught here.
         if header.get("sha256") != hashlib.sha256(raw).hexdigest():
             raise CostModelError("cost model bytes are corrupt (checksum mismatch)")
-        model = XGBCostModel(objective=header.get("objective", DEFAULT_OBJECTIVE), seed=int(header.get("seed", 0)))
+        model = XGBCostModel(
+            objective=header.get("objective", DEFAULT_OBJECTIVE), seed=int(header.get("seed", 0))
+        )
         if raw:
             import xgboost as xgb
 
@@ -157,6 +187,8 @@ class XGBCostModel:
             try:
                 booster.load_model(bytearray(raw))
             except xgb.core.XGBoostError as e:
-                raise CostModelError(f"cost model booster is corrupt: {str(e).splitlines()[0]}") from None
+                raise CostModelError(
+                    f"cost model booster is corrupt: {str(e).splitlines()[0]}"
+                ) from None
             model._booster = booster
         return model

@@ -100,11 +100,15 @@ class TuningRecord:
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
-            raise DatabaseError(f"record status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+            raise DatabaseError(
+                f"record status must be one of {', '.join(STATUSES)}, got {self.status!r}"
+            )
         try:
             uuid.UUID(self.record_id)
         except (ValueError, TypeError, AttributeError):
-            raise DatabaseError(f"record_id must be a UUID string, got {self.record_id!r}") from None
+            raise DatabaseError(
+                f"record_id must be a UUID string, got {self.record_id!r}"
+            ) from None
         for name in ("workload_key", "op", "target", "trace_hash"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise DatabaseError(f"record {name} must be a non-empty string")
@@ -143,10 +147,24 @@ class TuningRecord:
         times = tuple(float(t) for t in run_times_ms)
         median = median_of(times) if status == "ok" and times else None
         return TuningRecord(
-            str(uuid.uuid4()), workload_key, op, dict(params), dict(definition), target, dict(trace),
-            trace_hash, times, median, status, message, worker, loomtune_version, llvm_version,
-            utc_now(), job_id,
-        )  # fmt: skip
+            str(uuid.uuid4()),
+            workload_key,
+            op,
+            dict(params),
+            dict(definition),
+            target,
+            dict(trace),
+            trace_hash,
+            times,
+            median,
+            status,
+            message,
+            worker,
+            loomtune_version,
+            llvm_version,
+            utc_now(),
+            job_id,
+        )
 
     # -- one line of `loomtune db export` --------------------------------------------
 
@@ -180,7 +198,9 @@ class TuningRecord:
         if not isinstance(data, dict):
             raise DatabaseError(f"a record is a JSON object, got {type(data).__name__}")
         if data.get("format") != RECORD_FORMAT:
-            raise DatabaseError(f"unknown record format {data.get('format')!r}; this loomtune reads {RECORD_FORMAT!r}")
+            raise DatabaseError(
+                f"unknown record format {data.get('format')!r}; this loomtune reads {RECORD_FORMAT!r}"
+            )
         workload = data.get("workload")
         if not isinstance(workload, dict):
             raise DatabaseError("record workload must be an object")
@@ -246,8 +266,14 @@ class FinalChoice:
     decided_at: datetime = field(default_factory=utc_now)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.retimed_ms, int | float) or not math.isfinite(self.retimed_ms) or self.retimed_ms <= 0:
-            raise DatabaseError(f"a final choice needs a positive re-timed median, got {self.retimed_ms!r}")
+        if (
+            not isinstance(self.retimed_ms, int | float)
+            or not math.isfinite(self.retimed_ms)
+            or self.retimed_ms <= 0
+        ):
+            raise DatabaseError(
+                f"a final choice needs a positive re-timed median, got {self.retimed_ms!r}"
+            )
         object.__setattr__(self, "retimed_ms", float(self.retimed_ms))
         object.__setattr__(self, "decided_at", _as_utc(self.decided_at))
 
@@ -287,7 +313,9 @@ class Database(Protocol):
         Fastest first; the search seeds other parameters from these (`--repair`).
         """
 
-    def commit_final(self, workload_key: str, target: str, record_id: str, retimed_ms: float) -> FinalChoice:
+    def commit_final(
+        self, workload_key: str, target: str, record_id: str, retimed_ms: float
+    ) -> FinalChoice:
         """Keep the finalists' choice, replacing the previous one; the record must be an ok
         record of that workload on that target (else `DatabaseError`)."""
 
@@ -337,7 +365,9 @@ class InMemoryDatabase:
                 key = (r.workload_key, r.target, r.trace_hash)
                 if r.record_id in self._records or key in self._measured:
                     continue
-                self._workloads.setdefault(r.workload_key, (r.op, dict(r.params), dict(r.definition)))
+                self._workloads.setdefault(
+                    r.workload_key, (r.op, dict(r.params), dict(r.definition))
+                )
                 self._records[r.record_id] = r
                 self._measured.add(key)
                 added += 1
@@ -376,12 +406,20 @@ class InMemoryDatabase:
                 best[key] = self._records[chosen.record_id]
         return sorted(best.values(), key=_rank)[: max(limit, 0)]
 
-    def commit_final(self, workload_key: str, target: str, record_id: str, retimed_ms: float) -> FinalChoice:
+    def commit_final(
+        self, workload_key: str, target: str, record_id: str, retimed_ms: float
+    ) -> FinalChoice:
         choice = FinalChoice(workload_key, target, record_id, retimed_ms)
         with self._lock:
             record = self._records.get(record_id)
-            if record is None or (record.workload_key, record.target, record.status) != (workload_key, target, "ok"):
-                raise DatabaseError(f"record {record_id} is not an ok record of workload {workload_key} on {target}")
+            if record is None or (record.workload_key, record.target, record.status) != (
+                workload_key,
+                target,
+                "ok",
+            ):
+                raise DatabaseError(
+                    f"record {record_id} is not an ok record of workload {workload_key} on {target}"
+                )
             self._finals[(workload_key, target)] = choice
         return choice
 

@@ -118,13 +118,19 @@ def shape_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
 
 
 class EvolutionaryStrategy:
-    def __init__(self, context: SearchContext, seed: int, config: EvolutionaryConfig | None = None) -> None:
+    def __init__(
+        self, context: SearchContext, seed: int, config: EvolutionaryConfig | None = None
+    ) -> None:
         self.context = context
         self.config = config or EvolutionaryConfig()
         self.rng = random.Random(seed)
         shared = context.cost_model
-        self.model = shared if shared is not None else XGBCostModel(
-            objective=self.config.objective, seed=seed, min_samples=self.config.min_samples
+        self.model = (
+            shared
+            if shared is not None
+            else XGBCostModel(
+                objective=self.config.objective, seed=seed, min_samples=self.config.min_samples
+            )
         )
         self.proposed: set[str] = set()
         self._expanded: set[str] = set()  # best traces whose structural variants were queued
@@ -134,13 +140,17 @@ class EvolutionaryStrategy:
         self.pool = SearchPool(context.space, context.task.program, self.config.processes)
         # Results of this workload known (stored, then observed): the early batches last
         # until there are `early_samples`, however many a shared model has of other tasks.
-        self._own_results = len(context.database.top_k(context.task.key, context.target, self.config.early_samples))
+        self._own_results = len(
+            context.database.top_k(context.task.key, context.target, self.config.early_samples)
+        )
         self._warm_start()
 
     def _other_bests(self) -> list[TuningRecord]:
         """The best record of each other shape of the operator on the target, nearest shape first."""
         c = self.context
-        others = c.database.best_of_op(c.task.op, c.target, exclude_workload_key=c.task.key, limit=self.config.other_shapes)
+        others = c.database.best_of_op(
+            c.task.op, c.target, exclude_workload_key=c.task.key, limit=self.config.other_shapes
+        )
         return sorted(others, key=lambda r: shape_distance(r.params, c.task.params))
 
     def _other_shapes(self) -> list[tuple[TuningRecord, bool]]:
@@ -156,7 +166,9 @@ class EvolutionaryStrategy:
             picked += [(r, False) for r in self._runner_ups(nearest, top, self.config.runner_ups)]
         return picked
 
-    def _runner_ups(self, best: TuningRecord, records: Sequence[TuningRecord], n: int) -> list[TuningRecord]:
+    def _runner_ups(
+        self, best: TuningRecord, records: Sequence[TuningRecord], n: int
+    ) -> list[TuningRecord]:
         """n of `records` (fastest first) besides `best`: the fastest of each structure that
         has none picked yet (best's counts), then the fastest of the rest.
 
@@ -347,7 +359,9 @@ class EvolutionaryStrategy:
             return []
         for _ in range(cfg.generations):
             scores = self._score(population)
-            for t in self._children([self._pick_parent(population, scores) for _ in range(cfg.population)]):
+            for t in self._children(
+                [self._pick_parent(population, scores) for _ in range(cfg.population)]
+            ):
                 add(t)
             everyone = list(seen.values())
             ranked = sorted(zip(self._score(everyone), range(len(everyone))), key=lambda si: -si[0])
@@ -385,7 +399,9 @@ class EvolutionaryStrategy:
         """
         cfg = self.config
         out = self._variants_of_best(min(cfg.best_variants, n))
-        candidates = [t for t in self._children([None] * cfg.early_pool) if self._feature(t) is not None]
+        candidates = [
+            t for t in self._children([None] * cfg.early_pool) if self._feature(t) is not None
+        ]
         ranked = sorted(zip(self._score(candidates), range(len(candidates))), key=lambda si: -si[0])
         out += self._take_new([candidates[i] for _, i in ranked], n - len(out))
         return self._fresh(out, n)
@@ -423,7 +439,9 @@ class EvolutionaryStrategy:
         if best.hash not in self._expanded:
             self._expanded.add(best.hash)
             try:
-                self._variants.extend(t for t in variants(best, self.rng) if self._feature(t) is not None)
+                self._variants.extend(
+                    t for t in variants(best, self.rng) if self._feature(t) is not None
+                )
             except (*REJECTED, RecursionError):
                 pass
         return self._take_new(self._variants, room)
@@ -456,7 +474,9 @@ class EvolutionaryStrategy:
         if feats:
             self.model.update(feats, lats, [self.context.task.key] * len(feats))
         if self.model.trained:
-            self.context.database.save_cost_model(self.context.target, self.model.to_bytes(), self.model.samples)
+            self.context.database.save_cost_model(
+                self.context.target, self.model.to_bytes(), self.model.samples
+            )
 
 
 @register_strategy("evolutionary")

@@ -46,13 +46,23 @@ _ARITH = ("fadd", "fmul", "fdiv", "fminmax", "cmp_select", "math_call", "int_op"
 
 STORE_FEATURE_NAMES: tuple[str, ...] = (
     *(f"loop{lv}_{what}" for lv in range(LEVELS) for what in ("log_extent", *_KINDS)),
-    "log_iterations", "log_depth", "log_vector_lanes", "log_unrolled", "log_parallel",
+    "log_iterations",
+    "log_depth",
+    "log_vector_lanes",
+    "log_unrolled",
+    "log_parallel",
     *(f"arith_{k}" for k in _ARITH),
     *(f"mem{lv}_{what}" for lv in range(LEVELS) for what in ("log_bytes", "log_reuse")),
-    "inner_stride0", "inner_stride1", "inner_gather",
-    "vec_stride0", "vec_stride1", "vec_gather",
-    "log_scratch_bytes", "log_store_buffer_bytes", "store_is_local",
-)  # fmt: skip
+    "inner_stride0",
+    "inner_stride1",
+    "inner_gather",
+    "vec_stride0",
+    "vec_stride1",
+    "vec_gather",
+    "log_scratch_bytes",
+    "log_store_buffer_bytes",
+    "store_is_local",
+)
 STORE_FEATURES = len(STORE_FEATURE_NAMES)
 FEATURE_NAMES: tuple[str, ...] = (
     *(f"mean_{n}" for n in STORE_FEATURE_NAMES),
@@ -116,7 +126,9 @@ def _stride_class(stride: int | None) -> int:
     return 1 if stride in (1, -1) else 2
 
 
-def _store_vector(store: BufferStore, loops: Sequence[For], scratch: int) -> tuple[list[float], float]:
+def _store_vector(
+    store: BufferStore, loops: Sequence[For], scratch: int
+) -> tuple[list[float], float]:
     extents = [_extent(lp) for lp in loops]
     iterations = math.prod(extents) if extents else 1
     inner = list(zip(reversed(loops), reversed(extents)))[:LEVELS]
@@ -131,12 +143,26 @@ def _store_vector(store: BufferStore, loops: Sequence[For], scratch: int) -> tup
     vec = loops[vec_at] if vec_at is not None else None
     unrolled = math.prod(e for lp, e in zip(loops, extents) if lp.kind == "unrolled")
     parallel = math.prod(e for lp, e in zip(loops, extents) if lp.kind == "parallel")
-    v += [_log(iterations), _log(len(loops)), _log(_extent(vec) if vec else 1), _log(unrolled), _log(parallel)]
+    v += [
+        _log(iterations),
+        _log(len(loops)),
+        _log(_extent(vec) if vec else 1),
+        _log(unrolled),
+        _log(parallel),
+    ]
     v += [_log(c * iterations) for c in _arith(store.value)]
 
-    accesses = [_Access(ld.indices[-1] if ld.indices else Const(0, dt.INDEX), dt.itemsize(ld.dtype))
-                for ld in walk(store.value) if isinstance(ld, Load)]  # fmt: skip
-    accesses.append(_Access(store.indices[-1] if store.indices else Const(0, dt.INDEX), dt.itemsize(store.buffer.dtype)))
+    accesses = [
+        _Access(ld.indices[-1] if ld.indices else Const(0, dt.INDEX), dt.itemsize(ld.dtype))
+        for ld in walk(store.value)
+        if isinstance(ld, Load)
+    ]
+    accesses.append(
+        _Access(
+            store.indices[-1] if store.indices else Const(0, dt.INDEX),
+            dt.itemsize(store.buffer.dtype),
+        )
+    )
     # Distinct elements each access touches within one iteration of each level:
     # the product of the extents of the loops inside it that its index moves with.
     strides = [strides_in(a.index, [lp.var for lp in loops]) for a in accesses]

@@ -45,9 +45,13 @@ class MeasureResult:
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
-            raise DatabaseError(f"result status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+            raise DatabaseError(
+                f"result status must be one of {', '.join(STATUSES)}, got {self.status!r}"
+            )
         times = tuple(float(t) for t in self.run_times_ms)
-        if self.status == "ok" and (not times or not all(math.isfinite(t) and t > 0 for t in times)):
+        if self.status == "ok" and (
+            not times or not all(math.isfinite(t) and t > 0 for t in times)
+        ):
             raise DatabaseError(f"an ok result needs positive run times, got {times!r}")
         object.__setattr__(self, "run_times_ms", times if self.status == "ok" else ())
 

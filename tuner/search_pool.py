@@ -245,5 +245,9 @@ class SearchPool:
         out: list[Child] = []
         for i, chunk in enumerate(chunks):
             done = results[i]
-            out.extend(done if done is not None else [make_child(self.space, self.program, j) for j in chunk])
+            out.extend(
+                done
+                if done is not None
+                else [make_child(self.space, self.program, j) for j in chunk]
+            )
         return out

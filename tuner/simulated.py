@@ -68,13 +68,17 @@ def _cost(s: Stmt, ctx: _Ctx) -> float:
         if s.kind == "parallel":
             threads = max(threads, 1)
         inner = _Ctx(ctx.iterations * extent, s.var, lanes, threads)
-        overhead = 0.0 if s.kind in ("unrolled", "vectorized") else ctx.iterations * extent * LOOP_OVERHEAD
+        overhead = (
+            0.0 if s.kind in ("unrolled", "vectorized") else ctx.iterations * extent * LOOP_OVERHEAD
+        )
         body = _cost(s.body, inner)
         if s.kind == "parallel":
             return (overhead + body) / max(1, min(ctx.threads, int(extent)))
         return overhead + body
     if isinstance(s, IfThenElse):
-        return _cost(s.then_case, ctx) + (_cost(s.else_case, ctx) if s.else_case is not None else 0.0)
+        return _cost(s.then_case, ctx) + (
+            _cost(s.else_case, ctx) if s.else_case is not None else 0.0
+        )
     if isinstance(s, Allocate):
         return _cost(s.body, ctx)
     if isinstance(s, BufferStore):

@@ -43,7 +43,9 @@ class SearchContext:
 
     def is_new(self, trace_hash: str) -> bool:
         """Neither measured for this workload and target nor pending."""
-        return trace_hash not in self.pending and not self.database.has_measured(self.task.key, self.target, trace_hash)
+        return trace_hash not in self.pending and not self.database.has_measured(
+            self.task.key, self.target, trace_hash
+        )
 
 
 @runtime_checkable

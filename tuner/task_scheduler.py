@@ -80,7 +80,9 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
-            raise ValueError(f"unknown task scheduling policy {self.policy!r}; expected one of {POLICIES}")
+            raise ValueError(
+                f"unknown task scheduling policy {self.policy!r}; expected one of {POLICIES}"
+            )
 
 
 def weighted_latency(tasks: Sequence[ScheduledTask]) -> float | None:
@@ -151,7 +153,9 @@ class TaskScheduler:
     def _next(self, turn: int) -> int | None:
         live = [i for i, t in enumerate(self.tasks) if not t.exhausted]
         histories = [t.run.history for t in self.tasks]
-        return pick_task(histories, [t.weight for t in self.tasks], live, self.config, turn, self.rng)
+        return pick_task(
+            histories, [t.weight for t in self.tasks], live, self.config, turn, self.rng
+        )
 
     def run(
         self,
@@ -175,9 +179,16 @@ class TaskScheduler:
                 n = min(self.config.batch_size, trials - done, share)
                 callback = (lambda trial, t=t: on_trial(t, trial)) if on_trial is not None else None
                 part = tune_loop(
-                    t.task, self.target, strategy=t.strategy, runner=self.runner, database=self.database,
-                    trials=n, batch_size=n, on_trial=callback, should_stop=should_stop,
-                )  # fmt: skip
+                    t.task,
+                    self.target,
+                    strategy=t.strategy,
+                    runner=self.runner,
+                    database=self.database,
+                    trials=n,
+                    batch_size=n,
+                    on_trial=callback,
+                    should_stop=should_stop,
+                )
                 self.order.append(index)
                 _merge(t.run, part)
                 done += part.trials_done
@@ -207,6 +218,7 @@ def _merge(total: TuneRun, part: TuneRun) -> None:
     total.exhausted = part.exhausted
     total.interrupted = part.interrupted
     if part.best_trial is not None and (
-        total.best_trial is None or (part.best_trial.best_ms or float("inf")) < (total.best_trial.best_ms or float("inf"))
+        total.best_trial is None
+        or (part.best_trial.best_ms or float("inf")) < (total.best_trial.best_ms or float("inf"))
     ):
         total.best_trial = part.best_trial

@@ -100,7 +100,9 @@ class Child:
             trace = Trace.from_json(request["trace"])
             config = config_from_json(request.get("config"))
         except (LoomtuneError, KeyError, TypeError, ValueError) as e:
-            return MeasureResult.failure("compile_error", f"bad measurement request: {e}", self.measurer.worker)
+            return MeasureResult.failure(
+                "compile_error", f"bad measurement request: {e}", self.measurer.worker
+            )
         return self.measurer.measure(task, target, trace, config)
 
 
@@ -136,7 +138,11 @@ def main(argv: list[str] | None = None) -> None:
     limit = limit_address_space(max_bytes())
     # A crashing candidate must die at once, not spend seconds writing a core file.
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-    hello = {"pid": os.getpid(), "cores": sorted(os.sched_getaffinity(0)), "address_space_limit": limit}
+    hello = {
+        "pid": os.getpid(),
+        "cores": sorted(os.sched_getaffinity(0)),
+        "address_space_limit": limit,
+    }
     serve(sys.stdin, protocol, Child(measurer), hello)
 
 

@@ -42,7 +42,12 @@ SETTLE_S = 0.2
 
 
 def compare_with_numpy(
-    kernel: Kernel, task: Task, *, threads: int = 1, config: MeasureConfig | None = None, seed: int = 0
+    kernel: Kernel,
+    task: Task,
+    *,
+    threads: int = 1,
+    config: MeasureConfig | None = None,
+    seed: int = 0,
 ) -> Comparison:
     """Verify `kernel` on seeded inputs; time it and numpy only if it is correct."""
     config = config or COMPARE_CONFIG
@@ -57,5 +62,7 @@ def compare_with_numpy(
     call = kernel.bind_call(*inputs, *outputs)
     with limit_numpy_threads(threads):
         pause = SETTLE_S if threads > 1 else 0.0
-        k_time, np_time = time_interleaved([call, lambda: task.reference(inputs)], config, pause_s=pause)
+        k_time, np_time = time_interleaved(
+            [call, lambda: task.reference(inputs)], config, pause_s=pause
+        )
     return Comparison(True, None, k_time, np_time)

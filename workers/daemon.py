@@ -108,13 +108,17 @@ class WorkerConfig:
 
     def __post_init__(self) -> None:
         if not self.coordinator.startswith(("http://", "https://")):
-            raise WorkerError(f"--coordinator must be an http:// or https:// URL, got {self.coordinator!r}")
+            raise WorkerError(
+                f"--coordinator must be an http:// or https:// URL, got {self.coordinator!r}"
+            )
         if not self.token:
             raise WorkerError(f"no token: pass --token or set {TOKEN_ENV}")
         if self.threads < 1:
             raise WorkerError(f"--threads must be >= 1, got {self.threads}")
         if self.cores is not None and len(self.cores) < self.threads:
-            raise WorkerError(f"--threads {self.threads} needs at least {self.threads} cores; --cores gives {len(self.cores)}")
+            raise WorkerError(
+                f"--threads {self.threads} needs at least {self.threads} cores; --cores gives {len(self.cores)}"
+            )
 
 
 def parse_cores(text: str) -> tuple[int, ...]:
@@ -133,7 +137,9 @@ def parse_cores(text: str) -> tuple[int, ...]:
     usable = os.sched_getaffinity(0)
     missing = sorted(cores - usable)
     if missing:
-        raise WorkerError(f"--cores: core {missing[0]} is not available to this process (usable: {_core_text(usable)})")
+        raise WorkerError(
+            f"--cores: core {missing[0]} is not available to this process (usable: {_core_text(usable)})"
+        )
     return tuple(sorted(cores))
 
 
@@ -172,7 +178,9 @@ class Link:
     once each: "unreachable (why); retrying" and "reachable again".
     """
 
-    def __init__(self, config: WorkerConfig, stop: threading.Event, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, config: WorkerConfig, stop: threading.Event, log: Callable[[str], None]
+    ) -> None:
         self.config = config
         self.base = config.coordinator.rstrip("/")
         self.stop = stop
@@ -180,7 +188,9 @@ class Link:
         self.http = httpx.Client(
             base_url=self.base,
             headers={"Authorization": f"Bearer {config.token}"},
-            timeout=httpx.Timeout(config.request_timeout_seconds, connect=min(3.0, config.request_timeout_seconds)),
+            timeout=httpx.Timeout(
+                config.request_timeout_seconds, connect=min(3.0, config.request_timeout_seconds)
+            ),
             verify=config.verify,
         )
         self._lock = threading.Lock()
@@ -197,7 +207,9 @@ class Link:
             if self._down:
                 return
             self._down = True
-        self.log(f"coordinator {self.base} unreachable ({why}); retrying with backoff (up to {self.config.max_backoff_seconds:g} s)")
+        self.log(
+            f"coordinator {self.base} unreachable ({why}); retrying with backoff (up to {self.config.max_backoff_seconds:g} s)"
+        )
 
     def _went_up(self) -> None:
         with self._lock:
@@ -205,7 +217,14 @@ class Link:
         if was_down:
             self.log(f"coordinator {self.base} reachable again")
 
-    def call(self, path: str, body: dict[str, Any] | None = None, *, retry: bool = True, timeout: float | None = None) -> Any:
+    def call(
+        self,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        retry: bool = True,
+        timeout: float | None = None,
+    ) -> Any:
         """POST (GET when `body` is None and the path is not a worker action) and the JSON answer.
 
         With `retry`, waits out an unreachable coordinator (backoff, until the
@@ -214,7 +233,11 @@ class Link:
         delay = self.config.backoff_seconds
         while True:
             try:
-                r = self.http.post(path, json=body, timeout=timeout) if timeout else self.http.post(path, json=body)
+                r = (
+                    self.http.post(path, json=body, timeout=timeout)
+                    if timeout
+                    else self.http.post(path, json=body)
+                )
             except httpx.TransportError as e:
                 why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             else:
@@ -223,7 +246,9 @@ class Link:
                     try:
                         return r.json()
                     except ValueError:
-                        raise P.ProtocolError(f"{path}: the coordinator's answer is not JSON") from None
+                        raise P.ProtocolError(
+                            f"{path}: the coordinator's answer is not JSON"
+                        ) from None
                 if r.status_code < 500 and r.status_code != 429:
                     self._went_up()
                     raise Rejected(r.status_code, _detail(r))
@@ -244,7 +269,9 @@ def _detail(r: httpx.Response) -> str:
         return r.text.strip()[:500] or r.reason_phrase
     if isinstance(detail, list):
         return "; ".join(
-            f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg', '')}" if isinstance(d, dict) else str(d)
+            f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg', '')}"
+            if isinstance(d, dict)
+            else str(d)
             for d in detail
         )
     return str(detail)
@@ -279,16 +306,30 @@ class WorkerDaemon:
         self.config = config
         self.log = log
         self.env = dict(os.environ if env is None else env)
-        self.cores = config.cores if config.cores is not None else tuple(sorted(os.sched_getaffinity(0)))
+        self.cores = (
+            config.cores if config.cores is not None else tuple(sorted(os.sched_getaffinity(0)))
+        )
         self.target = Target.host(config.threads).canonical()
         self.llvm_version = llvm_version()[: P.MAX_VERSION_CHARS]
         self.loomtune_version = _loomtune_version()
-        self.name = config.name or (
-            f"{socket.gethostname()}:{os.getpid()} cores={_core_text(self.cores)} llvm={self.llvm_version}"
-        )[:256]
+        self.name = (
+            config.name
+            or (
+                f"{socket.gethostname()}:{os.getpid()} cores={_core_text(self.cores)} llvm={self.llvm_version}"
+            )[:256]
+        )
         slots = core_slots(config.threads, self.cores)
         self.slots = [
-            _Slot(i, s, MeasureProcess(s, worker=f"{self.name} slot {i}", timeout_s=config.measure_timeout_seconds, env=self.env))
+            _Slot(
+                i,
+                s,
+                MeasureProcess(
+                    s,
+                    worker=f"{self.name} slot {i}",
+                    timeout_s=config.measure_timeout_seconds,
+                    env=self.env,
+                ),
+            )
             for i, s in enumerate(slots)
         ]
         self.batch = config.batch or 2 * len(self.slots)
@@ -323,9 +364,13 @@ class WorkerDaemon:
 
     def _rejected(self, what: str, e: Rejected) -> WorkerError:
         if e.status == 401:
-            return WorkerError(f"the coordinator refused the token ({what}: 401 {e.message}); check --token / {TOKEN_ENV}")
+            return WorkerError(
+                f"the coordinator refused the token ({what}: 401 {e.message}); check --token / {TOKEN_ENV}"
+            )
         if e.status == 403:
-            return WorkerError(f"the coordinator refused the token ({what}: 403 {e.message}); a worker needs a token of role worker")
+            return WorkerError(
+                f"the coordinator refused the token ({what}: 403 {e.message}); a worker needs a token of role worker"
+            )
         return WorkerError(f"the coordinator refused {what}: {e.status} {e.message}")
 
     def install_signal_handlers(self) -> None:
@@ -348,14 +393,23 @@ class WorkerDaemon:
             if not self._stop.is_set():
                 self._start_slots()
                 slots = ", ".join(_core_text(s.cores) for s in self.slots)
-                self.log(f"ready: {len(self.slots)} measurement process(es) on cores {slots}, leasing {self.batch} at a time")
+                self.log(
+                    f"ready: {len(self.slots)} measurement process(es) on cores {slots}, leasing {self.batch} at a time"
+                )
             if not self._stop.is_set():
                 threads = [
-                    threading.Thread(target=self._heartbeats, name="loomtune-heartbeat", daemon=True),
+                    threading.Thread(
+                        target=self._heartbeats, name="loomtune-heartbeat", daemon=True
+                    ),
                     threading.Thread(target=self._reporter, name="loomtune-reporter", daemon=True),
                 ]
                 for slot in self.slots:
-                    slot.thread = threading.Thread(target=self._slot_loop, args=(slot,), name=f"loomtune-slot{slot.index}", daemon=True)
+                    slot.thread = threading.Thread(
+                        target=self._slot_loop,
+                        args=(slot,),
+                        name=f"loomtune-slot{slot.index}",
+                        daemon=True,
+                    )
                     threads.append(slot.thread)
                 for t in threads:
                     t.start()
@@ -395,7 +449,9 @@ class WorkerDaemon:
             return
         self.worker_id = reply.id
         self.lease_seconds = reply.lease_seconds
-        self.heartbeat_seconds = self._heartbeat_interval(reply.heartbeat_seconds, reply.lease_seconds)
+        self.heartbeat_seconds = self._heartbeat_interval(
+            reply.heartbeat_seconds, reply.lease_seconds
+        )
         from codegen.target import Target
 
         t = Target.parse(reply.target)
@@ -412,7 +468,9 @@ class WorkerDaemon:
             try:
                 interval = float(text) if text else coordinator_s
             except ValueError:
-                raise WorkerError(f"{HEARTBEAT_SECONDS_ENV} must be a number, got {text!r}") from None
+                raise WorkerError(
+                    f"{HEARTBEAT_SECONDS_ENV} must be a number, got {text!r}"
+                ) from None
         if not interval > 0:
             raise WorkerError(f"the heartbeat interval must be positive, got {interval!r}")
         return min(interval, lease_s / 3)
@@ -430,12 +488,17 @@ class WorkerDaemon:
                 self._wake.clear()
                 continue
             try:
-                data = self.link.call(self._path("lease"), P.LeaseRequest(max_candidates=min(room, P.MAX_LEASE_BATCH)).to_json())
+                data = self.link.call(
+                    self._path("lease"),
+                    P.LeaseRequest(max_candidates=min(room, P.MAX_LEASE_BATCH)).to_json(),
+                )
             except Unreachable:
                 continue
             except Rejected as e:
                 if e.status == 404:  # a coordinator whose database was replaced: start afresh
-                    self.log(f"the coordinator no longer knows worker {self.worker_id} ({e.message}); registering again")
+                    self.log(
+                        f"the coordinator no longer knows worker {self.worker_id} ({e.message}); registering again"
+                    )
                     self._register()
                     continue
                 self._fail(self._rejected("a lease", e))
@@ -470,7 +533,9 @@ class WorkerDaemon:
             except Exception as e:  # the process was killed under us by the shutdown
                 if self._stop.is_set():
                     return
-                result = MeasureResult.failure("crashed", f"the measurement process failed: {type(e).__name__}: {e}")
+                result = MeasureResult.failure(
+                    "crashed", f"the measurement process failed: {type(e).__name__}: {e}"
+                )
             finally:
                 with self._lock:
                     slot.busy = False
@@ -482,7 +547,9 @@ class WorkerDaemon:
         message = result.message.replace("\x00", "")[: P.MAX_MESSAGE_CHARS]
         if result.status in ("crashed", "timeout"):  # the slot's process was replaced
             first = message.splitlines()[0] if message else ""
-            self.log(f"candidate {candidate.candidate_id} (job {candidate.job_id}): {result.status}: {first[:200]}")
+            self.log(
+                f"candidate {candidate.candidate_id} (job {candidate.job_id}): {result.status}: {first[:200]}"
+            )
         out = P.Result(
             candidate_id=candidate.candidate_id,
             record_id=str(uuid.uuid4()),
@@ -523,14 +590,18 @@ class WorkerDaemon:
             if e.status in (401, 403):
                 self._fail(self._rejected("results", e))
             else:
-                self.log(f"the coordinator refused {len(batch)} result(s): {e.status} {e.message}; dropped")
+                self.log(
+                    f"the coordinator refused {len(batch)} result(s): {e.status} {e.message}; dropped"
+                )
             self._sent(batch)
         return True
 
     def _post(self, batch: list[P.Result], *, retry: bool, timeout: float | None) -> None:
         body = P.ResultsPost(results=tuple(batch)).to_json()
         try:
-            P.ResultsReply.from_json(self.link.call(self._path("results"), body, retry=retry, timeout=timeout))
+            P.ResultsReply.from_json(
+                self.link.call(self._path("results"), body, retry=retry, timeout=timeout)
+            )
         except Rejected as e:
             if e.status != 409:
                 raise
@@ -556,7 +627,9 @@ class WorkerDaemon:
     def _heartbeats(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
             try:
-                reply = P.HeartbeatReply.from_json(self.link.call(self._path("heartbeat"), retry=False))
+                reply = P.HeartbeatReply.from_json(
+                    self.link.call(self._path("heartbeat"), retry=False)
+                )
                 self._hand_back_strangers(reply.held)
             except Unreachable:
                 continue  # logged by the link; the next beat tries again
@@ -582,9 +655,15 @@ class WorkerDaemon:
             self._strangers = unknown - set(stale)
         if not stale:
             return
-        data = self.link.call(self._path("release"), P.ReleaseRequest(candidate_ids=tuple(stale)).to_json(), retry=False)
+        data = self.link.call(
+            self._path("release"),
+            P.ReleaseRequest(candidate_ids=tuple(stale)).to_json(),
+            retry=False,
+        )
         released = P.ReleaseReply.from_json(data).released
-        self.log(f"handed back {len(released)} lease(s) whose grant never reached this worker: {list(released)}")
+        self.log(
+            f"handed back {len(released)} lease(s) whose grant never reached this worker: {list(released)}"
+        )
 
     # -- stopping -----------------------------------------------------------------------
 
@@ -603,11 +682,17 @@ class WorkerDaemon:
             except Exception as e:  # never let a last post keep the leases from going back
                 self.log(f"could not post the last results: {e}")
             try:
-                data = self.link.call(self._path("release"), P.ReleaseRequest().to_json(), retry=False, timeout=1.0)
+                data = self.link.call(
+                    self._path("release"), P.ReleaseRequest().to_json(), retry=False, timeout=1.0
+                )
                 released = P.ReleaseReply.from_json(data).released
-                self.log(f"handed {len(released)} lease(s) back; stopped after {self.measured} measurement(s)")
+                self.log(
+                    f"handed {len(released)} lease(s) back; stopped after {self.measured} measurement(s)"
+                )
             except (Unreachable, Rejected) as e:
-                self.log(f"could not hand leases back ({e}); they expire after {self.lease_seconds:g} s")
+                self.log(
+                    f"could not hand leases back ({e}); they expire after {self.lease_seconds:g} s"
+                )
         for s in self.slots:
             if s.thread is not None:
                 s.thread.join(timeout=0.5)

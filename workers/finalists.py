@@ -50,7 +50,10 @@ class Selection:
 
 
 def select_fastest(
-    task: Task, target: Target, records: Sequence[TuningRecord], config: MeasureConfig = FINAL_CONFIG
+    task: Task,
+    target: Target,
+    records: Sequence[TuningRecord],
+    config: MeasureConfig = FINAL_CONFIG,
 ) -> Selection | None:
     """The fastest of `records` (best first, as the database orders them) re-timed together.
 
@@ -67,7 +70,11 @@ def select_fastest(
         try:
             program = Trace.from_json(record.trace).apply(task.program).program
             kernel = compile_program(program, target)
-        except (ScheduleError, TraceError, LoomtuneError) as e:  # a stored trace this version refuses
+        except (
+            ScheduleError,
+            TraceError,
+            LoomtuneError,
+        ) as e:  # a stored trace this version refuses
             dropped.append(Finalist(record, None, f"{type(e).__name__}: {e}"))
             continue
         outputs = empty_outputs(task.output_specs())

@@ -117,7 +117,9 @@ class Measurer:
     def _fail(self, status: str, message: str, compile_ms: float = 0.0) -> MeasureResult:
         return MeasureResult(status, (), message, self.worker, compile_ms, self.llvm_version)
 
-    def measure(self, task: Task, target: Target, trace: Trace, config: MeasureConfig = TUNING_CONFIG) -> MeasureResult:
+    def measure(
+        self, task: Task, target: Target, trace: Trace, config: MeasureConfig = TUNING_CONFIG
+    ) -> MeasureResult:
         """Replay, compile, run once and verify, then time; `extra` says where the time went.
 
         An ok result's `extra` holds `number` (calls per repeat) and
@@ -139,11 +141,18 @@ class Measurer:
             # compile_program's steps, one by one so each is timed
             lowered = lower(program)
             t2 = time.perf_counter()
-            text = emit_module(lowered, program.name, num_threads=target.num_threads, vector_bits=target.vector_bits)
+            text = emit_module(
+                lowered,
+                program.name,
+                num_threads=target.num_threads,
+                vector_bits=target.vector_bits,
+            )
             t3 = time.perf_counter()
             kernel = Kernel(program, lowered, compile_ir(text, target), program.name)
         except LoomtuneError as e:
-            return self._fail("compile_error", str(e).splitlines()[0] if str(e) else type(e).__name__)
+            return self._fail(
+                "compile_error", str(e).splitlines()[0] if str(e) else type(e).__name__
+            )
         except RecursionError:
             return self._fail("compile_error", "the program is nested too deeply to compile")
         t4 = time.perf_counter()
@@ -160,7 +169,11 @@ class Measurer:
                 np.ones(1 << 40, dtype=np.uint8)
             kernel(*prepared.inputs, *outputs)
         except MemoryError:
-            return self._fail("runtime_error", "out of memory (the process's address-space limit, LOOMTUNE_MAX_BYTES)", compile_ms)
+            return self._fail(
+                "runtime_error",
+                "out of memory (the process's address-space limit, LOOMTUNE_MAX_BYTES)",
+                compile_ms,
+            )
         except LoomtuneError as e:
             return self._fail("runtime_error", str(e), compile_ms)
         if fault == "corrupt":
@@ -180,8 +193,25 @@ class Measurer:
         if prepared.best_ms is None or timing.median_ms < prepared.best_ms:
             prepared.best_ms = timing.median_ms
         if call() != 0:
-            return self._fail("runtime_error", f"kernel {kernel.symbol} returned an error code while timed", compile_ms)
+            return self._fail(
+                "runtime_error",
+                f"kernel {kernel.symbol} returned an error code while timed",
+                compile_ms,
+            )
         t6 = time.perf_counter()
-        phases = {"replay": t1 - t0, "lower": t2 - t1, "emit": t3 - t2, "llvm": t4 - t3, "verify": t5 - t4, "timing": t6 - t5}
-        extra = {"number": timing.number, "confirmed": confirmed, "phases_ms": {k: v * 1e3 for k, v in phases.items()}}
-        return MeasureResult("ok", timing.times_ms, "", self.worker, compile_ms, self.llvm_version, extra)
+        phases = {
+            "replay": t1 - t0,
+            "lower": t2 - t1,
+            "emit": t3 - t2,
+            "llvm": t4 - t3,
+            "verify": t5 - t4,
+            "timing": t6 - t5,
+        }
+        extra = {
+            "number": timing.number,
+            "confirmed": confirmed,
+            "phases_ms": {k: v * 1e3 for k, v in phases.items()},
+        }
+        return MeasureResult(
+            "ok", timing.times_ms, "", self.worker, compile_ms, self.llvm_version, extra
+        )

@@ -60,7 +60,9 @@ class LocalPool:
         self.threads = threads
         self.config = config
         self.processes = [
-            MeasureProcess(s, worker=f"local:cores={','.join(map(str, s))}", timeout_s=timeout_s, env=env)
+            MeasureProcess(
+                s, worker=f"local:cores={','.join(map(str, s))}", timeout_s=timeout_s, env=env
+            )
             for s in slots
         ]
         self._free: queue.Queue[MeasureProcess] = queue.Queue()
@@ -81,14 +83,19 @@ class LocalPool:
             return process.measure(workload, target, trace, self.config)
         except Exception:
             if self._closed:  # killed under our feet by close()
-                return MeasureResult.failure("crashed", "the pool was closed while this candidate ran")
+                return MeasureResult.failure(
+                    "crashed", "the pool was closed while this candidate ran"
+                )
             raise
         finally:
             self._free.put(process)
 
     def submit(self, task: Task, target: str, traces: Sequence[Trace]) -> list[RunnerFuture]:
         spec = task.spec()
-        return [_PoolFuture(self._executor.submit(self._measure, spec, target, t.to_json())) for t in traces]
+        return [
+            _PoolFuture(self._executor.submit(self._measure, spec, target, t.to_json()))
+            for t in traces
+        ]
 
     def close(self) -> None:
         self._closed = True

@@ -76,7 +76,12 @@ class MeasureProcess:
         # Its own session: a Ctrl-C at the terminal interrupts the tuner, which
         # then stops its processes; they must not die first and report a crash.
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, start_new_session=True
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            env=env,
+            start_new_session=True,
         )
         self._buffer = b""
         self._eof = False
@@ -128,7 +133,11 @@ class MeasureProcess:
         self.proc = None
 
     def measure(
-        self, workload: Mapping[str, Any], target: str, trace: Mapping[str, Any], config: MeasureConfig | None = None
+        self,
+        workload: Mapping[str, Any],
+        target: str,
+        trace: Mapping[str, Any],
+        config: MeasureConfig | None = None,
     ) -> MeasureResult:
         """Measure one candidate; a crash or timeout is a result, and the process is replaced."""
         if self.proc is None or self.proc.poll() is not None:
@@ -137,7 +146,12 @@ class MeasureProcess:
             self.start()
         assert self.proc is not None and self.proc.stdin is not None
         self._next_id += 1
-        request = {"id": self._next_id, "workload": dict(workload), "target": target, "trace": dict(trace)}
+        request = {
+            "id": self._next_id,
+            "workload": dict(workload),
+            "target": target,
+            "trace": dict(trace),
+        }
         if config is not None:
             request["config"] = asdict(config)
         try:
@@ -145,23 +159,36 @@ class MeasureProcess:
             self.proc.stdin.flush()
         except BrokenPipeError:
             self.kill()
-            return MeasureResult.failure("crashed", "the measurement process exited before the candidate was sent", self.worker)
+            return MeasureResult.failure(
+                "crashed",
+                "the measurement process exited before the candidate was sent",
+                self.worker,
+            )
         line = self._read_line(self.timeout_s)
         if line is None:
             if not self._eof:
                 self.kill()
                 return MeasureResult.failure(
-                    "timeout", f"no result within {self.timeout_s:g} s; the measurement process was killed", self.worker
+                    "timeout",
+                    f"no result within {self.timeout_s:g} s; the measurement process was killed",
+                    self.worker,
                 )
             why = self._exit_text()  # EOF comes a moment before the exit status
             self.kill()
-            return MeasureResult.failure("crashed", f"the measurement process died ({why})", self.worker)
+            return MeasureResult.failure(
+                "crashed", f"the measurement process died ({why})", self.worker
+            )
         reply = json.loads(line)
         body = reply["result"]
         return MeasureResult(
-            body["status"], tuple(body["run_times_ms"]), body["message"], body["worker"] or self.worker,
-            body["compile_ms"], body["llvm_version"], body.get("extra") or {},
-        )  # fmt: skip
+            body["status"],
+            tuple(body["run_times_ms"]),
+            body["message"],
+            body["worker"] or self.worker,
+            body["compile_ms"],
+            body["llvm_version"],
+            body.get("extra") or {},
+        )
 
     def close(self) -> None:
         """Stop the process: closing its stdin ends its loop; kill it if it lingers."""

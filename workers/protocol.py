@@ -52,7 +52,9 @@ class Message:
     @classmethod
     def from_json(cls: type[T], data: Any) -> T:
         if not isinstance(data, dict):
-            raise ProtocolError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+            raise ProtocolError(
+                f"{cls.__name__}: expected a JSON object, got {type(data).__name__}"
+            )
         hints = typing.get_type_hints(cls)
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -226,7 +228,9 @@ class Result(Message):
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
-            raise ProtocolError(f"Result.status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+            raise ProtocolError(
+                f"Result.status must be one of {', '.join(STATUSES)}, got {self.status!r}"
+            )
 
 
 MAX_RESULTS_PER_POST = 1024
@@ -270,7 +274,16 @@ class ReleaseReply(Message):
 
 
 MESSAGES: tuple[type[Message], ...] = (
-    Register, Registered, HeartbeatReply, LeaseRequest, LeasedCandidate, LeaseReply,
-    Result, ResultsPost, ResultsReply, ReleaseRequest, ReleaseReply,
-)  # fmt: skip
+    Register,
+    Registered,
+    HeartbeatReply,
+    LeaseRequest,
+    LeasedCandidate,
+    LeaseReply,
+    Result,
+    ResultsPost,
+    ResultsReply,
+    ReleaseRequest,
+    ReleaseReply,
+)
 """Every message, each mirroring the schema named by its `SCHEMA`."""

@@ -182,7 +182,9 @@ def time_callable(fn: Callable[[], object], config: MeasureConfig) -> Timing:
     return Timing(times_ms=_samples(fn, number, config.repeat, config.flush_cache), number=number)
 
 
-def time_more(fn: Callable[[], object], timing: Timing, repeat: int, config: MeasureConfig) -> Timing:
+def time_more(
+    fn: Callable[[], object], timing: Timing, repeat: int, config: MeasureConfig
+) -> Timing:
     """`timing` with `repeat` more repeats of the same `number` calls appended.
 
     For a second look at a candidate whose few repeats put it among the best:

@@ -33,7 +33,9 @@ def empty_outputs(specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.
     return out
 
 
-def mismatch(out: np.ndarray, ref: np.ndarray, reduction_length: int = 1, name: str = "output") -> str | None:
+def mismatch(
+    out: np.ndarray, ref: np.ndarray, reduction_length: int = 1, name: str = "output"
+) -> str | None:
     """None when `out` matches `ref` within the tolerance, else a one-line reason."""
     if out.shape != ref.shape:
         return f"{name}: shape {out.shape}, reference {ref.shape}"
@@ -50,7 +52,11 @@ def mismatch(out: np.ndarray, ref: np.ndarray, reduction_length: int = 1, name: 
     nan_o, nan_r = np.isnan(o), np.isnan(r)
     if (nan_o != nan_r).any():
         idx = tuple(int(i) for i in np.argwhere(nan_o != nan_r)[0])
-        what = "NaN where the reference is a number" if nan_o[idx] else "a number where the reference is NaN"
+        what = (
+            "NaN where the reference is a number"
+            if nan_o[idx]
+            else "a number where the reference is NaN"
+        )
         return f"{name}: {int((nan_o != nan_r).sum())} element(s) with {what}, first at {idx}"
     finite = ~nan_r
     scale = float(np.max(np.abs(r[finite]))) if finite.any() else 0.0
@@ -70,7 +76,12 @@ def mismatch(out: np.ndarray, ref: np.ndarray, reduction_length: int = 1, name: 
     return None
 
 
-def verify(outputs: Sequence[np.ndarray], refs: Sequence[np.ndarray], names: Sequence[str], reduction_length: int = 1) -> str | None:
+def verify(
+    outputs: Sequence[np.ndarray],
+    refs: Sequence[np.ndarray],
+    names: Sequence[str],
+    reduction_length: int = 1,
+) -> str | None:
     """None when every output matches its reference, else the first reason."""
     for out, ref, name in zip(outputs, refs, names):
         reason = mismatch(out, np.asarray(ref), reduction_length, name)

@@ -1,6 +1,6 @@
 """Flattened buffers: n-dimensional accesses become one row-major offset.
 
-    C[i, j]  (C: float32[64, 48])  ->  C[i * 48 + j]  (C: float32[3072])
+C[i, j]  (C: float32[64, 48])  ->  C[i * 48 + j]  (C: float32[3072])
 """
 
 from __future__ import annotations

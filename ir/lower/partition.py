@@ -48,7 +48,11 @@ def _part(s: Stmt, env: Ranges) -> Stmt:
             ranges = _inner_ranges(s, env)
             live = _live_limit(s, ranges)
             if live is not None and live < n:
-                shorter = simplify_stmt(replace(s, extent=Const(live, "int64")), env) if live > 0 else None
+                shorter = (
+                    simplify_stmt(replace(s, extent=Const(live, "int64")), env)
+                    if live > 0
+                    else None
+                )
                 return seq() if shorter is None else _part(shorter, env)
             t = _split_point(s, ranges)
             if t is not None and 0 < t < n and s.kind == "parallel":
@@ -102,7 +106,10 @@ def _statements(s: Stmt) -> list[Stmt]:
 def _guarded(s: Stmt) -> bool:
     """Whether `s` holds something partitioning acts on: a guard, or nothing at all (a
     loop over an empty body is dropped)."""
-    return any(isinstance(n, IfThenElse) or (isinstance(n, SeqStmt) and not n.stmts) for n in _statements(s))
+    return any(
+        isinstance(n, IfThenElse) or (isinstance(n, SeqStmt) and not n.stmts)
+        for n in _statements(s)
+    )
 
 
 def _inner_ranges(loop: For, env: Ranges) -> Ranges:

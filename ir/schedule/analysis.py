@@ -21,7 +21,9 @@ def mentions(e: Expr, var: Var) -> bool:
 
 def binds_reduce(r: BlockRealize, loop_var: Var) -> bool:
     """Whether the loop feeds a reduction iteration variable of this block."""
-    return any(iv.kind == "reduce" and mentions(v, loop_var) for iv, v in zip(r.block.iter_vars, r.values))
+    return any(
+        iv.kind == "reduce" and mentions(v, loop_var) for iv, v in zip(r.block.iter_vars, r.values)
+    )
 
 
 def writers(program: Program, buffer: str) -> list[BlockRealize]:

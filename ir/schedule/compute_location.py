@@ -643,9 +643,10 @@ def reverse_compute_at(program: Program, block: str, loop: str) -> Program:
     _check_const_extents(c, what)
     reads = _read_buffers(c.block)
     producers = [
-        b for b in blocks_under(path[-1])
+        b
+        for b in blocks_under(path[-1])
         if b.block.name != block and any(w.buffer.name in reads for w in b.block.writes)
-    ]  # fmt: skip
+    ]
     if len(producers) != 1:
         found = ", ".join(f'"{b.block.name}"' for b in producers) or "none"
         raise ScheduleError(

@@ -68,7 +68,10 @@ def panel_map(factor: int, ndim: int = 2) -> IndexMap:
 
 
 def transform_layout(
-    program: Program, block: str, buffer: str, index_map: IndexMap | Callable[..., Sequence[Expr | int]]
+    program: Program,
+    block: str,
+    buffer: str,
+    index_map: IndexMap | Callable[..., Sequence[Expr | int]],
 ) -> tuple[Program, str]:
     """Make `block` read `buffer` through a packed copy laid out by `index_map`.
 
@@ -83,7 +86,11 @@ def transform_layout(
     call by its own block, before the first block that reads `buffer`.
     """
     r, src_buf, shape = _source(program, block, buffer)
-    imap = index_map if isinstance(index_map, IndexMap) else _from_callable(block, len(shape), index_map)
+    imap = (
+        index_map
+        if isinstance(index_map, IndexMap)
+        else _from_callable(block, len(shape), index_map)
+    )
     if len(imap.src) != len(shape):
         raise ScheduleError(
             f'block "{block}": index map takes {len(imap.src)} indices but {buffer} has {len(shape)} dimensions'
@@ -92,10 +99,15 @@ def transform_layout(
     _check_injective(block, buffer, imap, shape)
 
     names = fresh_names(program)
-    packed = Buffer(names.fresh(f"{buffer}_packed"), tuple(Const(s, "int64") for s in new_shape), src_buf.dtype)
+    packed = Buffer(
+        names.fresh(f"{buffer}_packed"), tuple(Const(s, "int64") for s in new_shape), src_buf.dtype
+    )
     # the packing block, in its own nest over the source domain
     loop_vars = [Var(names.fresh(f"ax{d}")) for d in range(len(shape))]
-    iter_vars = [IterVar(Var(names.fresh(f"v{lv.name}")), Const(s, "int64")) for lv, s in zip(loop_vars, shape)]
+    iter_vars = [
+        IterVar(Var(names.fresh(f"v{lv.name}")), Const(s, "int64"))
+        for lv, s in zip(loop_vars, shape)
+    ]
     src_idx = tuple(iv.var for iv in iter_vars)
     dst_idx = tuple(simplify_expr(e) for e in imap.apply(src_idx))
     nest = _copy_nest(packed, src_buf, src_idx, dst_idx, loop_vars, iter_vars)
@@ -121,9 +133,14 @@ def pack_panels(program: Program, block: str, buffer: str, width: int) -> tuple[
     n = shape[-1]
     new_shape = (-(-n // width), *shape[:-1], width)
     names = fresh_names(program)
-    packed = Buffer(names.fresh(f"{buffer}_packed"), tuple(Const(s, "int64") for s in new_shape), src_buf.dtype)
+    packed = Buffer(
+        names.fresh(f"{buffer}_packed"), tuple(Const(s, "int64") for s in new_shape), src_buf.dtype
+    )
     loop_vars = [Var(names.fresh(f"ax{d}")) for d in range(len(new_shape))]
-    iter_vars = [IterVar(Var(names.fresh(f"v{lv.name}")), Const(s, "int64")) for lv, s in zip(loop_vars, new_shape)]
+    iter_vars = [
+        IterVar(Var(names.fresh(f"v{lv.name}")), Const(s, "int64"))
+        for lv, s in zip(loop_vars, new_shape)
+    ]
     dst_idx = tuple(iv.var for iv in iter_vars)
     column: Expr = simplify_expr(dst_idx[0] * width + dst_idx[-1])
     if n % width:
@@ -133,14 +150,18 @@ def pack_panels(program: Program, block: str, buffer: str, width: int) -> tuple[
     return _install(program, r, buffer, imap, packed, nest), packed.name
 
 
-def _source(program: Program, block: str, buffer: str) -> tuple[BlockRealize, Buffer, tuple[int, ...]]:
+def _source(
+    program: Program, block: str, buffer: str
+) -> tuple[BlockRealize, Buffer, tuple[int, ...]]:
     """The block and the buffer it reads that is to be packed (which it must not write)."""
     r = find_block(program, block)
     reads = [rd for rd in r.block.reads if rd.buffer.name == buffer]
     if not reads:
         raise ScheduleError(f'block "{block}": does not read a buffer named {buffer}')
     if any(w.buffer.name == buffer for w in r.block.writes):
-        raise ScheduleError(f'block "{block}": writes {buffer}; only a buffer it only reads can be packed')
+        raise ScheduleError(
+            f'block "{block}": writes {buffer}; only a buffer it only reads can be packed'
+        )
     return r, reads[0].buffer, reads[0].buffer.concrete_shape()
 
 
@@ -168,7 +189,9 @@ def _copy_nest(
     return nest
 
 
-def _install(program: Program, r: BlockRealize, buffer: str, imap: IndexMap, packed: Buffer, nest: For) -> Program:
+def _install(
+    program: Program, r: BlockRealize, buffer: str, imap: IndexMap, packed: Buffer, nest: For
+) -> Program:
     """Redirect the block's reads of `buffer` to `packed` (through `imap`) and place the copy's
     nest before the first root statement reading it (after every writer of it, if it is an
     intermediate)."""
@@ -183,7 +206,12 @@ def _install(program: Program, r: BlockRealize, buffer: str, imap: IndexMap, pac
         name=r.block.name,
         iter_vars=r.block.iter_vars,
         reads=tuple(
-            BufferRegion(packed, tuple(Range(i, Const(1, "int64")) for i in imap.apply(tuple(x.min for x in rd.region))))
+            BufferRegion(
+                packed,
+                tuple(
+                    Range(i, Const(1, "int64")) for i in imap.apply(tuple(x.min for x in rd.region))
+                ),
+            )
             if rd.buffer.name == buffer
             else rd
             for rd in r.block.reads
@@ -194,12 +222,16 @@ def _install(program: Program, r: BlockRealize, buffer: str, imap: IndexMap, pac
         alloc_buffers=r.block.alloc_buffers,
         annotations=r.block.annotations,
     )
-    program = replace_realize(program, block, lambda x: BlockRealize(x.values, x.predicate, new_block))
+    program = replace_realize(
+        program, block, lambda x: BlockRealize(x.values, x.predicate, new_block)
+    )
     stmts = list(program.body.stmts) if isinstance(program.body, SeqStmt) else [program.body]
     at = root_index(program, block)
     for w in writers(program, buffer):
         if root_index(program, w.block.name) >= at:
-            raise ScheduleError(f'block "{block}": {buffer} is written after it is read; cannot pack it here')
+            raise ScheduleError(
+                f'block "{block}": {buffer} is written after it is read; cannot pack it here'
+            )
     stmts.insert(at, nest)  # type: ignore[arg-type]
     return replace(program, body=seq(*stmts), allocs=(*program.allocs, packed))
 
@@ -216,10 +248,14 @@ def _packed_shape(block: str, buffer: str, imap: IndexMap, shape: tuple[int, ...
     out = []
     for e in imap.dst:
         if any(isinstance(v, Var) and v not in env for v in walk(e)):
-            raise ScheduleError(f'block "{block}": index map output {render(e)} uses an unknown variable')
+            raise ScheduleError(
+                f'block "{block}": index map output {render(e)} uses an unknown variable'
+            )
         rng = bound(simplify_expr(e, env), env)
         if rng is None:
-            raise ScheduleError(f'block "{block}": cannot bound index map output {render(e)} for {buffer}')
+            raise ScheduleError(
+                f'block "{block}": cannot bound index map output {render(e)} for {buffer}'
+            )
         if rng[0] < 0:
             raise ScheduleError(f'block "{block}": index map output {render(e)} can be negative')
         out.append(rng[1] + 1)
@@ -277,4 +313,6 @@ def _check_injective(block: str, buffer: str, imap: IndexMap, shape: tuple[int, 
     else:
         repeated = len(np.unique(linear)) != points
     if repeated:
-        raise ScheduleError(f'block "{block}": the index map sends two elements of {buffer} to the same place')
+        raise ScheduleError(
+            f'block "{block}": the index map sends two elements of {buffer} to the same place'
+        )

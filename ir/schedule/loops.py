@@ -70,7 +70,9 @@ def split(program: Program, loop: str, factors: list[int | None]) -> tuple[Progr
     """
     lp = find_loop(program, loop)
     if lp.kind != "serial":
-        raise ScheduleError(f"loop {loop}: cannot split a {lp.kind} loop (split it before changing its kind)")
+        raise ScheduleError(
+            f"loop {loop}: cannot split a {lp.kind} loop (split it before changing its kind)"
+        )
     n = _const_extent(lp)
     if len(factors) < 2:
         raise ScheduleError(f"loop {loop}: split needs at least 2 factors, got {len(factors)}")
@@ -112,9 +114,9 @@ def _map_realizes(stmt, fn):
 def fuse(program: Program, loops: list[str]) -> tuple[Program, str]:
     """Fuse perfectly nested loops into one.
 
-        for i in range(4): for j in range(8): body(i, j)
-      fuse(i, j) ->
-        for i_j_fused in range(32): body(i_j_fused // 8, i_j_fused % 8)
+      for i in range(4): for j in range(8): body(i, j)
+    fuse(i, j) ->
+      for i_j_fused in range(32): body(i_j_fused // 8, i_j_fused % 8)
     """
     if len(loops) < 2:
         raise ScheduleError(f"fuse needs at least 2 loops, got {loops}")
@@ -257,7 +259,7 @@ def _check_disjoint_writes(program: Program, r: BlockRealize, lp: For, kind: str
 def parallel(program: Program, loop: str) -> Program:
     """Run a data-parallel loop on the target's threads.
 
-        for i in range(64): ...   ->   for i in parallel(64): ...
+    for i in range(64): ...   ->   for i in parallel(64): ...
     """
     return _set_kind(program, loop, "parallel")
 
@@ -265,7 +267,7 @@ def parallel(program: Program, loop: str) -> Program:
 def vectorize(program: Program, loop: str) -> Program:
     """Run a data-parallel loop as vector operations.
 
-        for j in range(16): ...   ->   for j in vectorized(16): ...
+    for j in range(16): ...   ->   for j in vectorized(16): ...
     """
     return _set_kind(program, loop, "vectorized")
 
@@ -273,7 +275,7 @@ def vectorize(program: Program, loop: str) -> Program:
 def unroll(program: Program, loop: str) -> Program:
     """Emit the loop body once per iteration.
 
-        for k in range(4): ...    ->   for k in unrolled(4): ...
+    for k in range(4): ...    ->   for k in unrolled(4): ...
     """
     lp = find_loop(program, loop)
     if lp.kind not in ("serial", "unrolled"):
@@ -289,20 +291,26 @@ _ANNOTATION_TYPES = (int, float, str, bool)
 def annotate(program: Program, target: str, key: str, value: Any, *, is_block: bool) -> Program:
     """Attach a key/value hint to a loop or block (e.g. an unroll limit, a vector width).
 
-        for j in range(32): ...   annotate(j, "vector_width", 8) ->
-        for j in range(32):  # {'vector_width': 8}
+    for j in range(32): ...   annotate(j, "vector_width", 8) ->
+    for j in range(32):  # {'vector_width': 8}
     """
     if not isinstance(key, str) or not key:
         raise ScheduleError(f"{target}: annotation key must be a non-empty string, got {key!r}")
     if not isinstance(value, _ANNOTATION_TYPES):
-        raise ScheduleError(f"{target}: annotation {key} must be an int, float, str or bool, got {value!r}")
+        raise ScheduleError(
+            f"{target}: annotation {key} must be an int, float, str or bool, got {value!r}"
+        )
     if is_block:
         r = find_block(program, target)
         from ir.schedule.state import replace_realize
 
-        new_block = replace(r.block, annotations=annotations({**dict(r.block.annotations), key: value}))
+        new_block = replace(
+            r.block, annotations=annotations({**dict(r.block.annotations), key: value})
+        )
         return replace_realize(program, target, lambda x: replace(x, block=new_block))
     find_loop(program, target)
     return replace_loop(
-        program, target, lambda f: replace(f, annotations=annotations({**dict(f.annotations), key: value}))
+        program,
+        target,
+        lambda f: replace(f, annotations=annotations({**dict(f.annotations), key: value})),
     )

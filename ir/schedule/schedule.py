@@ -103,7 +103,9 @@ class Schedule:
 
         return BlockRV(self._apply(cache.cache_read, block_name(block), read_index, scope))
 
-    def cache_write(self, block: BlockRV | str, write_index: int = 0, scope: str = "local") -> BlockRV:
+    def cache_write(
+        self, block: BlockRV | str, write_index: int = 0, scope: str = "local"
+    ) -> BlockRV:
         from ir.schedule import cache
 
         return BlockRV(self._apply(cache.cache_write, block_name(block), write_index, scope))
@@ -113,7 +115,9 @@ class Schedule:
     def decompose_reduction(self, block: BlockRV | str, loop: LoopRV | str) -> BlockRV:
         from ir.schedule import reduction
 
-        return BlockRV(self._apply(reduction.decompose_reduction, block_name(block), loop_name(loop)))
+        return BlockRV(
+            self._apply(reduction.decompose_reduction, block_name(block), loop_name(loop))
+        )
 
     def rfactor(self, loop: LoopRV | str, factor_axis: int = 0) -> BlockRV:
         from ir.schedule import reduction

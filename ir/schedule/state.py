@@ -167,7 +167,9 @@ def root_index(program: Program, name: str) -> int:
     stmts = program.body.stmts if isinstance(program.body, SeqStmt) else (program.body,)
     for i, s in enumerate(stmts):
         for n in walk(s):
-            if (isinstance(n, For) and n.var.name == name) or (isinstance(n, BlockRealize) and n.block.name == name):
+            if (isinstance(n, For) and n.var.name == name) or (
+                isinstance(n, BlockRealize) and n.block.name == name
+            ):
                 return i
     raise ScheduleError(f"{name}: not found in {program.name}")
 

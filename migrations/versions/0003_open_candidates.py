@@ -22,7 +22,14 @@ _OPEN = sa.text("status IN ('pending', 'leased')")
 
 
 def upgrade() -> None:
-    op.create_index("ix_candidates_open", "candidates", ["id"], unique=False, postgresql_where=_OPEN, sqlite_where=_OPEN)
+    op.create_index(
+        "ix_candidates_open",
+        "candidates",
+        ["id"],
+        unique=False,
+        postgresql_where=_OPEN,
+        sqlite_where=_OPEN,
+    )
 
 
 def downgrade() -> None:

@@ -28,10 +28,17 @@ def upgrade() -> None:
         sa.Column("retimed_ms", sa.Double(), nullable=False),
         sa.Column("decided_at", sa.DateTime(timezone=True), nullable=False),
         sa.CheckConstraint("retimed_ms > 0", name=op.f("ck_finals_retimed_positive")),
-        sa.ForeignKeyConstraint(["workload_key"], ["workloads.key"], name=op.f("fk_finals_workload_key_workloads")),
-        sa.ForeignKeyConstraint(["target_id"], ["targets.id"], name=op.f("fk_finals_target_id_targets")),
         sa.ForeignKeyConstraint(
-            ["record_id"], ["records.record_id"], name=op.f("fk_finals_record_id_records"), ondelete="CASCADE"
+            ["workload_key"], ["workloads.key"], name=op.f("fk_finals_workload_key_workloads")
+        ),
+        sa.ForeignKeyConstraint(
+            ["target_id"], ["targets.id"], name=op.f("fk_finals_target_id_targets")
+        ),
+        sa.ForeignKeyConstraint(
+            ["record_id"],
+            ["records.record_id"],
+            name=op.f("fk_finals_record_id_records"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("workload_key", "target_id", name=op.f("pk_finals")),
     )

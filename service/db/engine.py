@@ -48,13 +48,19 @@ def is_embedded(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def make_engine(url: str | None = None, *, connect_args: dict[str, Any] | None = None, **kwargs: Any) -> Engine:
+def make_engine(
+    url: str | None = None, *, connect_args: dict[str, Any] | None = None, **kwargs: Any
+) -> Engine:
     """An engine for `url` (see `database_url`); SQLite files get their folder, WAL and a busy timeout."""
     text = database_url(url)
     parsed = make_url(text)
     args = dict(connect_args or {})
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+        if (
+            parsed.database
+            and parsed.database != ":memory:"
+            and not parsed.database.startswith("file:")
+        ):
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_MS / 1000)
         engine = create_engine(text, connect_args=args, **kwargs)

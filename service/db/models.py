@@ -153,7 +153,9 @@ class Record(Base):
     workload_key: Mapped[str] = mapped_column(ForeignKey("workloads.key"))
     target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"))
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
-    candidate_id: Mapped[int | None] = mapped_column(ForeignKey("candidates.id", ondelete="SET NULL"))
+    candidate_id: Mapped[int | None] = mapped_column(
+        ForeignKey("candidates.id", ondelete="SET NULL")
+    )
     trace: Mapped[dict[str, Any]] = mapped_column(JSON)
     trace_hash: Mapped[str] = mapped_column(String(64))
     run_times: Mapped[list[float]] = mapped_column(JSON)

@@ -41,7 +41,9 @@ def _parse_target(canonical: str) -> tuple[str, list[str], int]:
     except Exception as e:  # a TargetError, re-raised with what the database needs
         raise DatabaseError(f"record target {canonical!r}: {e}") from None
     if target.canonical() != canonical:
-        raise DatabaseError(f"record target {canonical!r} is not canonical ({target.canonical()!r})")
+        raise DatabaseError(
+            f"record target {canonical!r} is not canonical ({target.canonical()!r})"
+        )
     return target.cpu, list(target.features), target.num_threads
 
 
@@ -83,10 +85,16 @@ _BY_MEDIAN = (m.Record.median_ms, m.Record.measured_at, m.Record.record_id)
 
 def best_record_of(session: Session, workload_key: str, target_id: int) -> TuningRecord | None:
     """The finalists' choice, else the ok record with the lowest median (through the best index)."""
-    chosen = select(m.Final.record_id).where(m.Final.workload_key == workload_key, m.Final.target_id == target_id)
+    chosen = select(m.Final.record_id).where(
+        m.Final.workload_key == workload_key, m.Final.target_id == target_id
+    )
     lowest = (
         select(m.Record.record_id)
-        .where(m.Record.workload_key == workload_key, m.Record.target_id == target_id, m.Record.status == "ok")
+        .where(
+            m.Record.workload_key == workload_key,
+            m.Record.target_id == target_id,
+            m.Record.status == "ok",
+        )
         .order_by(*_BY_MEDIAN)
         .limit(1)
     )
@@ -95,13 +103,19 @@ def best_record_of(session: Session, workload_key: str, target_id: int) -> Tunin
     return to_tuning_record(*rows[0]) if rows else None
 
 
-def final_of(session: Session, workload_key: str, target_id: int, canonical: str) -> FinalChoice | None:
+def final_of(
+    session: Session, workload_key: str, target_id: int, canonical: str
+) -> FinalChoice | None:
     row = session.execute(
         select(m.Final.record_id, m.Final.retimed_ms, m.Final.decided_at).where(
             m.Final.workload_key == workload_key, m.Final.target_id == target_id
         )
     ).first()
-    return None if row is None else FinalChoice(workload_key, canonical, row[0], row[1], as_utc(row[2]))
+    return (
+        None
+        if row is None
+        else FinalChoice(workload_key, canonical, row[0], row[1], as_utc(row[2]))
+    )
 
 
 class SQLDatabase:
@@ -132,13 +146,24 @@ class SQLDatabase:
         return found
 
     def _commit_workload(
-        self, session: Session, key: str, op: str, params: Mapping[str, int], definition: Mapping[str, Any]
+        self,
+        session: Session,
+        key: str,
+        op: str,
+        params: Mapping[str, int],
+        definition: Mapping[str, Any],
     ) -> None:
         if key in self._workloads:
             return
         session.execute(
             _insert(session, m.Workload)
-            .values(key=key, op=op, params=dict(params), definition=dict(definition), created_at=utc_now())
+            .values(
+                key=key,
+                op=op,
+                params=dict(params),
+                definition=dict(definition),
+                created_at=utc_now(),
+            )
             .on_conflict_do_nothing()
         )
 
@@ -152,7 +177,9 @@ class SQLDatabase:
     def commit_record(self, record: TuningRecord) -> bool:
         return self.commit_records([record]) == 1
 
-    def commit_records(self, records: Iterable[TuningRecord], *, candidate_ids: Sequence[int | None] = ()) -> int:
+    def commit_records(
+        self, records: Iterable[TuningRecord], *, candidate_ids: Sequence[int | None] = ()
+    ) -> int:
         """Store records in one transaction (all or nothing); how many were new."""
         batch = list(records)
         if not batch:
@@ -270,14 +297,18 @@ class SQLDatabase:
             .where(m.Final.workload_key == m.Workload.key, m.Final.target_id == target_id)
             .scalar_subquery()
         )
-        query = self._select().where(m.Workload.op == op, m.Record.record_id == func.coalesce(chosen, lowest))
+        query = self._select().where(
+            m.Workload.op == op, m.Record.record_id == func.coalesce(chosen, lowest)
+        )
         if exclude_workload_key is not None:
             query = query.where(m.Workload.key != exclude_workload_key)
         return self._records(query.order_by(*_BY_MEDIAN).limit(limit))
 
     # -- the finalists' choices ------------------------------------------------------
 
-    def commit_final(self, workload_key: str, target: str, record_id: str, retimed_ms: float) -> FinalChoice:
+    def commit_final(
+        self, workload_key: str, target: str, record_id: str, retimed_ms: float
+    ) -> FinalChoice:
         choice = FinalChoice(workload_key, target, record_id, retimed_ms)
         with self.sessions.begin() as session:
             target_id = self._target_id(session, target, create=False)
@@ -290,7 +321,9 @@ class SQLDatabase:
                 )
             )
             if target_id is None or found is None:
-                raise DatabaseError(f"record {record_id} is not an ok record of workload {workload_key} on {target}")
+                raise DatabaseError(
+                    f"record {record_id} is not an ok record of workload {workload_key} on {target}"
+                )
             values = {
                 "workload_key": workload_key,
                 "target_id": target_id,
@@ -302,7 +335,11 @@ class SQLDatabase:
             session.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[m.Final.workload_key, m.Final.target_id],
-                    set_={"record_id": stmt.excluded.record_id, "retimed_ms": stmt.excluded.retimed_ms, "decided_at": stmt.excluded.decided_at},
+                    set_={
+                        "record_id": stmt.excluded.record_id,
+                        "retimed_ms": stmt.excluded.retimed_ms,
+                        "decided_at": stmt.excluded.decided_at,
+                    },
                 )
             )
         return choice
@@ -339,12 +376,21 @@ class SQLDatabase:
     def save_cost_model(self, target: str, model: bytes, samples: int) -> None:
         with self.sessions.begin() as session:
             target_id = self._target_id(session, target, create=True)
-            values = {"target_id": target_id, "model": bytes(model), "samples": int(samples), "updated_at": utc_now()}
+            values = {
+                "target_id": target_id,
+                "model": bytes(model),
+                "samples": int(samples),
+                "updated_at": utc_now(),
+            }
             stmt = _insert(session, m.CostModel).values(**values)
             session.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[m.CostModel.target_id],
-                    set_={"model": stmt.excluded.model, "samples": stmt.excluded.samples, "updated_at": stmt.excluded.updated_at},
+                    set_={
+                        "model": stmt.excluded.model,
+                        "samples": stmt.excluded.samples,
+                        "updated_at": stmt.excluded.updated_at,
+                    },
                 )
             )
 
@@ -354,7 +400,9 @@ class SQLDatabase:
             return None
         with self.sessions() as session:
             row = session.execute(
-                select(m.CostModel.model, m.CostModel.samples).where(m.CostModel.target_id == target_id)
+                select(m.CostModel.model, m.CostModel.samples).where(
+                    m.CostModel.target_id == target_id
+                )
             ).first()
         return None if row is None else (bytes(row[0]), int(row[1]))
 
@@ -389,7 +437,10 @@ def _lease_statement() -> Any:
         .where(
             j.c.target_id == bindparam("tid"),
             j.c.status == "running",
-            or_(c.c.status == "pending", and_(c.c.status == "leased", c.c.lease_expires_at < bindparam("now"))),
+            or_(
+                c.c.status == "pending",
+                and_(c.c.status == "leased", c.c.lease_expires_at < bindparam("now")),
+            ),
         )
         .order_by(c.c.id)
         .limit(bindparam("n"))
@@ -399,8 +450,15 @@ def _lease_statement() -> Any:
     return (
         update(c)
         .where(c.c.id.in_(select(picked.c.id)))
-        .values(status="leased", lease_holder=bindparam("wid"), lease_expires_at=bindparam("until"), attempts=c.c.attempts + 1)
-        .returning(c.c.id, c.c.job_id, c.c.trace, c.c.trace_hash, c.c.attempts, c.c.lease_expires_at)
+        .values(
+            status="leased",
+            lease_holder=bindparam("wid"),
+            lease_expires_at=bindparam("until"),
+            attempts=c.c.attempts + 1,
+        )
+        .returning(
+            c.c.id, c.c.job_id, c.c.trace, c.c.trace_hash, c.c.attempts, c.c.lease_expires_at
+        )
     )
 
 
@@ -409,7 +467,13 @@ _LEASE = _lease_statement()
 
 
 def lease_candidates(
-    session: Session, target_id: int, worker: int, n: int, lease_seconds: float, *, now: datetime | None = None
+    session: Session,
+    target_id: int,
+    worker: int,
+    n: int,
+    lease_seconds: float,
+    *,
+    now: datetime | None = None,
 ) -> list[Any]:
     """Lease up to `n` pending (or expired) candidates of the target's running jobs to `worker`.
 
@@ -424,6 +488,12 @@ def lease_candidates(
     caller's transaction commits the lease.
     """
     now = now or utc_now()
-    params = {"tid": target_id, "now": now, "n": n, "wid": worker, "until": now + timedelta(seconds=lease_seconds)}
+    params = {
+        "tid": target_id,
+        "now": now,
+        "n": n,
+        "wid": worker,
+        "until": now + timedelta(seconds=lease_seconds),
+    }
     rows = session.execute(_LEASE, params).all()
     return sorted(rows, key=lambda row: row.id)

@@ -25,13 +25,17 @@ def test_quick_db_run_writes_checked_timings_and_drops_its_schema(tmp_path: Path
     result = json.loads(path.read_text(encoding="utf-8"))
     config = db_queries.config_for(True)
     assert result["suite"] == "db" and result["kind"] == "db" and result["quick"] is True
-    assert result["db"]["records"] == config.records and result["measure"]["repeat"] == config.repeat
+    assert (
+        result["db"]["records"] == config.records and result["measure"]["repeat"] == config.repeat
+    )
 
     names = [q.name for q in db_queries.QUERIES]
     rows = {(row["backend"], row["case"]): row for row in result["rows"]}
     assert list(rows) == [(b, n) for b in ("SQLite", "PostgreSQL") for n in names]
     postgres = [row for row in result["rows"] if row["backend"] == "PostgreSQL"]
-    if not all(row["correct"] for row in postgres) and "unreachable" in (postgres[0]["message"] or ""):
+    if not all(row["correct"] for row in postgres) and "unreachable" in (
+        postgres[0]["message"] or ""
+    ):
         if os.environ.get("CI") == "true":
             pytest.fail(postgres[0]["message"])
         pytest.skip(postgres[0]["message"])
@@ -51,7 +55,9 @@ def test_quick_db_run_writes_checked_timings_and_drops_its_schema(tmp_path: Path
     engine = make_engine(config.postgres_url)
     try:
         with engine.connect() as conn:
-            left = conn.execute(text("SELECT count(*) FROM pg_namespace WHERE nspname = :s"), {"s": schema})
+            left = conn.execute(
+                text("SELECT count(*) FROM pg_namespace WHERE nspname = :s"), {"s": schema}
+            )
             assert left.scalar() == 0
     finally:
         engine.dispose()

@@ -15,13 +15,39 @@ from benchmarks.programs import SUITES
 from benchmarks.report import BEGIN, END, HEADING, replace_section, suite_section
 
 TOP_FIELDS = {
-    "format", "suite", "kind", "quick", "command", "seed", "utc", "machine", "target",
-    "loomtune_version", "environment", "measure", "rows", "scaling",
-}  # fmt: skip
+    "format",
+    "suite",
+    "kind",
+    "quick",
+    "command",
+    "seed",
+    "utc",
+    "machine",
+    "target",
+    "loomtune_version",
+    "environment",
+    "measure",
+    "rows",
+    "scaling",
+}
 ROW_FIELDS = {
-    "case", "op", "params", "schedule", "loops", "threads", "target", "correct", "compile_ms",
-    "loomtune", "numpy", "latency_ms", "numpy_ms", "ratio", "gflops", "others_load",
-}  # fmt: skip
+    "case",
+    "op",
+    "params",
+    "schedule",
+    "loops",
+    "threads",
+    "target",
+    "correct",
+    "compile_ms",
+    "loomtune",
+    "numpy",
+    "latency_ms",
+    "numpy_ms",
+    "ratio",
+    "gflops",
+    "others_load",
+}
 
 
 def test_quick_loopkinds_run_writes_a_complete_result_and_renders(tmp_path: Path) -> None:

@@ -23,7 +23,9 @@ def test_the_probe_is_independent_vector_fmas_without_memory_in_the_loop() -> No
         fmas = [line for line in asm.splitlines() if "vfmadd" in line]
         # not folded into adds (a multiplier of 1 would be), and as wide as the target allows
         assert len(fmas) >= chains and all(register in line for line in fmas)
-        assert not any("vfmadd" in line and "(" in line for line in asm.splitlines())  # no memory operand
+        assert not any(
+            "vfmadd" in line and "(" in line for line in asm.splitlines()
+        )  # no memory operand
 
 
 def test_accumulators_fill_the_register_file_but_leave_spares() -> None:
@@ -40,17 +42,29 @@ def test_peak_is_a_finite_rate_and_counts_two_flops_per_lane_and_fma() -> None:
 
 
 def test_fraction_and_goal_cell_say_what_a_goal_asks_of_the_core() -> None:
-    assert roofline.peak_fraction(None, 100.0) is None and roofline.peak_fraction(50.0, None) is None
+    assert (
+        roofline.peak_fraction(None, 100.0) is None and roofline.peak_fraction(50.0, None) is None
+    )
     assert roofline.peak_fraction(80.0, 100.0) == pytest.approx(0.8)
     flops = 2 * 128 * 768 * 3072
     row = {
-        "op": "dense", "params": {"m": 128, "k": 768, "n": 3072, "bias": 1, "relu": 1},
-        "checkpoints_ms": {}, "flops": flops, "numpy_ms": 8.0, "ratio_numpy": 1.02, "tune_s": 100.0,
-    }  # fmt: skip
+        "op": "dense",
+        "params": {"m": 128, "k": 768, "n": 3072, "bias": 1, "relu": 1},
+        "checkpoints_ms": {},
+        "flops": flops,
+        "numpy_ms": 8.0,
+        "ratio_numpy": 1.02,
+        "tune_s": 100.0,
+    }
     numpy_gflops = flops / 8.0e-3 / 1e9  # 75.5
     peak = 97.0
     asks = 1.2 * numpy_gflops / peak
-    assert tune.goal_cell(row, peak) == f"≥ 1.2× (1.02×: not met; it asks for {asks:.0%} of the core's peak)"
-    assert tune.goal_cell(row) == "≥ 1.2× (1.02×: not met)"  # results from before the roof was measured
+    assert (
+        tune.goal_cell(row, peak)
+        == f"≥ 1.2× (1.02×: not met; it asks for {asks:.0%} of the core's peak)"
+    )
+    assert (
+        tune.goal_cell(row) == "≥ 1.2× (1.02×: not met)"
+    )  # results from before the roof was measured
     met = {**row, "ratio_numpy": 1.25}
     assert tune.goal_cell(met, peak) == "≥ 1.2× (1.25×: met)"

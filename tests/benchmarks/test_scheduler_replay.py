@@ -54,13 +54,23 @@ def test_foresight_is_the_best_allocation_of_whole_batches() -> None:
 
 def test_curves_are_read_per_machine_kind_from_full_tune_runs(tmp_path: Path) -> None:
     def result(cpu: str, quick: bool = False, drop: bool = False) -> dict:
-        rows = [{"case": w.name, "history_ms": [None, 3.0 + i, 2.0 + i]} for i, w in enumerate(SUITE)]
-        return {"kind": "tune", "quick": quick, "target": f"llvm -mcpu={cpu} -num-threads=1",
-                "rows": rows[:-1] if drop else rows}  # fmt: skip
+        rows = [
+            {"case": w.name, "history_ms": [None, 3.0 + i, 2.0 + i]} for i, w in enumerate(SUITE)
+        ]
+        return {
+            "kind": "tune",
+            "quick": quick,
+            "target": f"llvm -mcpu={cpu} -num-threads=1",
+            "rows": rows[:-1] if drop else rows,
+        }
 
-    for name, r in [("tune-1.json", result("znver3")), ("tune-2.json", result("znver3")),
-                    ("tune-3.json", result("znver4", quick=True)), ("tune-4.json", result("znver4", drop=True)),
-                    ("tune_extras-5.json", result("znver4"))]:  # fmt: skip
+    for name, r in [
+        ("tune-1.json", result("znver3")),
+        ("tune-2.json", result("znver3")),
+        ("tune-3.json", result("znver4", quick=True)),
+        ("tune-4.json", result("znver4", drop=True)),
+        ("tune_extras-5.json", result("znver4")),
+    ]:
         (tmp_path / name).write_text(json.dumps(r), encoding="utf-8")
     curves, used = sr.load_curves(tmp_path, [w.name for w in SUITE])
     assert used == ["tune-1.json", "tune-2.json"] and list(curves) == ["znver3"]
@@ -71,10 +81,20 @@ def test_curves_are_read_per_machine_kind_from_full_tune_runs(tmp_path: Path) ->
 def test_the_result_compares_both_policies_with_round_robin_and_renders(tmp_path: Path) -> None:
     for seed in range(2):
         rows = [
-            {"case": w.name, "history_ms": _improving(3.0 + i + seed, 1.0 + i, 256) if i % 2 else _flat(2.0 + i, 256)}
+            {
+                "case": w.name,
+                "history_ms": _improving(3.0 + i + seed, 1.0 + i, 256)
+                if i % 2
+                else _flat(2.0 + i, 256),
+            }
             for i, w in enumerate(SUITE)
         ]
-        run = {"kind": "tune", "quick": False, "target": "llvm -mcpu=znver3 -num-threads=1", "rows": rows}
+        run = {
+            "kind": "tune",
+            "quick": False,
+            "target": "llvm -mcpu=znver3 -num-threads=1",
+            "rows": rows,
+        }
         (tmp_path / f"tune-{seed}.json").write_text(json.dumps(run), encoding="utf-8")
     result = sr.run(tmp_path, draws=6)
     m = result["machines"]["znver3"]

@@ -21,10 +21,26 @@ from benchmarks.report import suite_section
 from service.db.engine import make_engine
 
 SIM_FIELDS = (
-    "workers", "batch", "window_s", "results", "leases", "lease_calls", "posts", "results_per_s",
-    "leases_per_s", "requests_per_s", "lease_ms_median", "lease_ms_p95", "post_ms_median",
-    "post_ms_p95", "ran_dry", "errors", "cpu_s", "others_load", "contended",
-)  # fmt: skip
+    "workers",
+    "batch",
+    "window_s",
+    "results",
+    "leases",
+    "lease_calls",
+    "posts",
+    "results_per_s",
+    "leases_per_s",
+    "requests_per_s",
+    "lease_ms_median",
+    "lease_ms_p95",
+    "post_ms_median",
+    "post_ms_p95",
+    "ran_dry",
+    "errors",
+    "cpu_s",
+    "others_load",
+    "contended",
+)
 
 
 def test_quick_service_run_reports_simulated_workers_and_drops_its_schema(tmp_path: Path) -> None:
@@ -83,10 +99,19 @@ def test_quick_service_run_reports_simulated_workers_and_drops_its_schema(tmp_pa
 def test_report_says_which_goals_are_met() -> None:
     def sim(case: str, workers: int, rate: float, p95: float) -> dict:
         return {
-            "case": case, "label": case, "workers": workers, "correct": True, "message": None,
-            "results_per_s": rate, "leases_per_s": rate / 8, "requests_per_s": rate / 4,
-            "lease_ms_median": p95 / 2, "lease_ms_p95": p95, "post_ms_median": 1.0, "cpu_s": {},
-        }  # fmt: skip
+            "case": case,
+            "label": case,
+            "workers": workers,
+            "correct": True,
+            "message": None,
+            "results_per_s": rate,
+            "leases_per_s": rate / 8,
+            "requests_per_s": rate / 4,
+            "lease_ms_median": p95 / 2,
+            "lease_ms_p95": p95,
+            "post_ms_median": 1.0,
+            "cpu_s": {},
+        }
 
     rows = [
         sim("throughput", 16, 600.0, 40.0),

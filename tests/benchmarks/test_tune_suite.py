@@ -21,9 +21,21 @@ from workers.timing import MeasureConfig
 
 def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     code = main(
-        ["tune", "--quick", "--trials", "4", "--only", "matmul", "--extras", "evo_replay",
-         "--replay-trials", "2", "--out", str(tmp_path)]
-    )  # fmt: skip
+        [
+            "tune",
+            "--quick",
+            "--trials",
+            "4",
+            "--only",
+            "matmul",
+            "--extras",
+            "evo_replay",
+            "--replay-trials",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     (path,) = tmp_path.glob("tune-*.json")
     result = json.loads(path.read_text(encoding="utf-8"))
@@ -32,7 +44,12 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     assert details["trials"] == 4 and details["checkpoints"] == [4]
     assert details["strategy"] == "evolutionary"
     # how candidates were timed while tuning, so the note describes this run and not the code of the day
-    assert details["measure_tuning"] == {"repeat": 3, "min_repeat_ms": 2.0, "confirm_repeat": 6, "confirm_within": 1.05}
+    assert details["measure_tuning"] == {
+        "repeat": 3,
+        "min_repeat_ms": 2.0,
+        "confirm_repeat": 6,
+        "confirm_within": 1.05,
+    }
     assert "9 for a contender within 5% of the best" in tune.note(result)
     assert "reuse" in details["not_done"] and "scheduler" in details["not_done"]
 
@@ -47,7 +64,9 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     assert row["candidates_per_s"] == pytest.approx(4 / row["loop_s"])
     assert row["best_trace"] and "def " in row["best_trace"]
     assert row["best_trace_json"]["instructions"]
-    assert list(row["best_trace_json_at"]) == ["4"] and row["best_trace_json_at"]["4"]["instructions"]
+    assert (
+        list(row["best_trace_json_at"]) == ["4"] and row["best_trace_json_at"]["4"]["instructions"]
+    )
 
     # The ratios come from one interleaved timing: same repeats, same medians.
     k, n = row["loomtune"], row["numpy"]
@@ -95,9 +114,22 @@ def test_unknown_extra_is_refused(tmp_path: Path) -> None:
 
 def test_evo_replay_alone_runs_every_workload_with_the_median_over_seeds(tmp_path: Path) -> None:
     code = main(
-        ["tune", "--quick", "--no-main", "--extras", "evo_replay",
-         "--evo-seeds", "2", "--trials", "2", "--replay-trials", "2", "--out", str(tmp_path)]
-    )  # fmt: skip
+        [
+            "tune",
+            "--quick",
+            "--no-main",
+            "--extras",
+            "evo_replay",
+            "--evo-seeds",
+            "2",
+            "--trials",
+            "2",
+            "--replay-trials",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     (path,) = tmp_path.glob("tune_extras-*.json")
     result = json.loads(path.read_text(encoding="utf-8"))
@@ -126,15 +158,22 @@ def test_evo_replay_alone_runs_every_workload_with_the_median_over_seeds(tmp_pat
                 assert ratio == 1.0
             else:
                 assert ratio == pytest.approx(duel["replay_ms"] / duel["evolutionary_ms"])
-        assert c["replay_over_evolutionary"] == pytest.approx(sum(c["replay_over_evolutionary_by_seed"]) / 2)
+        assert c["replay_over_evolutionary"] == pytest.approx(
+            sum(c["replay_over_evolutionary_by_seed"]) / 2
+        )
         assert c["evolutionary_ahead_head_to_head"] == (c["replay_over_evolutionary"] > 1)
 
     # The summary counts agree with the per-workload head-to-head medians.
     assert list(summary["ahead_at"]) == ["2"]
-    ahead = [e["workload"] for e in entries if e["checkpoints"]["2"]["replay_over_evolutionary"] > 1]
+    ahead = [
+        e["workload"] for e in entries if e["checkpoints"]["2"]["replay_over_evolutionary"] > 1
+    ]
     assert summary["ahead_at"]["2"] == {
-        "ahead": len(ahead), "of": 2, "unknown": 0, "workloads_ahead": ahead,
-    }  # fmt: skip
+        "ahead": len(ahead),
+        "of": 2,
+        "unknown": 0,
+        "workloads_ahead": ahead,
+    }
     assert summary["ahead_at"] == tune.evo_replay_ahead(entries)
 
     (_caption, table, _note) = tune.report_tables(result)[0]
@@ -150,21 +189,30 @@ def test_evo_replay_alone_runs_every_workload_with_the_median_over_seeds(tmp_pat
 def _entry(name: str, trials: int, evo: dict[int, float], rep: dict[int, float]) -> dict:
     """An evo_vs_replay dict with the given medians (no runs)."""
     return {
-        "workload": name, "trials": trials, "seeds": [0, 1, 2],
-        "evolutionary_ms": evo[trials], "replay_ms": rep[trials],
-        "evolutionary_ahead": evo[trials] < rep[trials], "replay": {"history_ms": [rep[trials]]},
+        "workload": name,
+        "trials": trials,
+        "seeds": [0, 1, 2],
+        "evolutionary_ms": evo[trials],
+        "replay_ms": rep[trials],
+        "evolutionary_ahead": evo[trials] < rep[trials],
+        "replay": {"history_ms": [rep[trials]]},
         "per_seed": [],
         "checkpoints": {str(n): {"evolutionary_ms": evo[n], "replay_ms": rep[n]} for n in evo},
-    }  # fmt: skip
+    }
 
 
 def test_evo_replay_summary_and_goal_over_the_six_workloads() -> None:
     names = [w.name for w in tune.SUITE]
     # Ahead on all at 64; at 256 ahead on four, behind on one, a tie on one.
     entries = [
-        _entry(name, 256, {64: 1.0, 256: 0.5}, {64: 2.0, 256: 1.0 if i < 4 else (0.4 if i == 4 else 0.5)})
+        _entry(
+            name,
+            256,
+            {64: 1.0, 256: 0.5},
+            {64: 2.0, 256: 1.0 if i < 4 else (0.4 if i == 4 else 0.5)},
+        )
         for i, name in enumerate(names)
-    ]  # fmt: skip
+    ]
     ahead = tune.evo_replay_ahead(entries)
     assert {n: (a["ahead"], a["of"]) for n, a in ahead.items()} == {"64": (6, 6), "256": (4, 6)}
     assert ahead["256"]["workloads_ahead"] == names[:4]
@@ -195,7 +243,10 @@ def test_evo_replay_is_judged_head_to_head_when_the_result_has_it() -> None:
     rows = tune.evo_replay_rows({"evo_replay": {"workloads": entries, "seeds": [0, 1, 2]}}, 0)
     assert rows[0][1] == "1 ms vs 0.9 ms; head to head replay / evolutionary 1.000"
     assert rows[0][2] == "replay ahead or tie"
-    assert rows[1][1].endswith("head to head replay / evolutionary 1.020") and rows[1][2] == "evolutionary ahead"
+    assert (
+        rows[1][1].endswith("head to head replay / evolutionary 1.020")
+        and rows[1][2] == "evolutionary ahead"
+    )
     assert rows[-1][2] == "≥ 5 of 6: met at 64, not met at 256"
     note = tune.extras_note({"tune": {"extras": {"evo_replay": {"workloads": entries}}}})
     assert note is not None and "median over the seeds of replay / evolutionary" in note
@@ -211,14 +262,28 @@ def test_duel_at_times_each_runs_best_after_n_trials(tmp_path: Path) -> None:
     target = Target.host(1)
     space = default_space(task.program, target)
     a, b = (space.sample(random.Random(s)).to_json() for s in (1, 2))
-    ctx = tune.Context(folder=tmp_path, seed=0, quiet_wait_s=0, measure=MeasureConfig(warmup=1, number=2, repeat=3),
-                       log=lambda _: None)  # fmt: skip
+    ctx = tune.Context(
+        folder=tmp_path,
+        seed=0,
+        quiet_wait_s=0,
+        measure=MeasureConfig(warmup=1, number=2, repeat=3),
+        log=lambda _: None,
+    )
     evo = {"best_trace_json_at": {"16": a, "32": b}, "target": target.canonical()}
     rep = {"best_trace_json_at": {"16": a, "32": a}, "target": target.canonical()}
-    assert tune.duel_at(ctx, task, {"evolutionary": evo, "replay": rep}, 16) == {"same_kernel": True}
+    assert tune.duel_at(ctx, task, {"evolutionary": evo, "replay": rep}, 16) == {
+        "same_kernel": True
+    }
     duel = tune.duel_at(ctx, task, {"evolutionary": evo, "replay": rep}, 32)
-    assert duel is not None and all(duel[k] > 0 for k in ("evolutionary_ms", "replay_ms", "numpy_ms"))
-    assert tune.duel_at(ctx, task, {"evolutionary": evo, "replay": {**rep, "best_trace_json_at": {}}}, 32) is None
+    assert duel is not None and all(
+        duel[k] > 0 for k in ("evolutionary_ms", "replay_ms", "numpy_ms")
+    )
+    assert (
+        tune.duel_at(
+            ctx, task, {"evolutionary": evo, "replay": {**rep, "best_trace_json_at": {}}}, 32
+        )
+        is None
+    )
 
 
 def _old_style(result: dict, *, bare: bool) -> dict:
@@ -235,12 +300,22 @@ def _old_style(result: dict, *, bare: bool) -> dict:
 
 def test_report_renders_old_and_new_evo_replay(tmp_path: Path) -> None:
     result = {
-        "seed": 0, "utc": "2026-01-01T00:00:00Z", "rows": [],
-        "tune": {"extras": {"evo_replay": {
-            "workloads": [_entry(name, 64, {16: 3.0, 64: 2.0}, {16: 2.5, 64: 2.5}) for name in ("a", "b")],
-            "trials": 64, "seeds": [0, 1, 2],
-        }}},
-    }  # fmt: skip
+        "seed": 0,
+        "utc": "2026-01-01T00:00:00Z",
+        "rows": [],
+        "tune": {
+            "extras": {
+                "evo_replay": {
+                    "workloads": [
+                        _entry(name, 64, {16: 3.0, 64: 2.0}, {16: 2.5, 64: 2.5})
+                        for name in ("a", "b")
+                    ],
+                    "trials": 64,
+                    "seeds": [0, 1, 2],
+                }
+            }
+        },
+    }
     for e in result["tune"]["extras"]["evo_replay"]["workloads"]:
         e["per_seed"] = [
             {"seed": s, "evolutionary": {"history_ms": [3.0, 2.0]}, "replay": {"history_ms": [2.5]}}
@@ -257,9 +332,11 @@ def test_report_renders_old_and_new_evo_replay(tmp_path: Path) -> None:
         old = _old_style(result, bare=bare)
         assert len(tune.evo_replay_entries(old["tune"]["extras"])) == 1
         headers, rows = tune.extras_table(old)
-        assert rows == [new_rows[0] if not bare else [
-            "evolutionary vs replay, a, 64 trials", "2 ms vs 2.5 ms", "evolutionary ahead"
-        ]]  # fmt: skip
+        assert rows == [
+            new_rows[0]
+            if not bare
+            else ["evolutionary vs replay, a, 64 trials", "2 ms vs 2.5 ms", "evolutionary ahead"]
+        ]
         assert text_table((headers, rows))
         assert tune.extras_note(old)
         if not bare:  # per-seed curves to draw
@@ -269,8 +346,22 @@ def test_report_renders_old_and_new_evo_replay(tmp_path: Path) -> None:
     assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_the_scheduler_extra_alternates_the_arms_over_seeds_and_judges_the_medians(tmp_path: Path) -> None:
-    code = main(["tune", "--quick", "--no-main", "--extras", "scheduler", "--seeds", "2", "--out", str(tmp_path)])
+def test_the_scheduler_extra_alternates_the_arms_over_seeds_and_judges_the_medians(
+    tmp_path: Path,
+) -> None:
+    code = main(
+        [
+            "tune",
+            "--quick",
+            "--no-main",
+            "--extras",
+            "scheduler",
+            "--seeds",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     (path,) = tmp_path.glob("tune_extras-*.json")
     result = json.loads(path.read_text(encoding="utf-8"))
@@ -311,45 +402,70 @@ def _reuse_extra(
 
     warm_rows, cold_rows = [run(*w) for w in warm], [run(*c) for c in cold]
     return {
-        "warm_trials": 32, "cold_trials": 128, "seeds": [0, 1, 2],
-        "warm_by_seed": [b for b, _ in warm], "cold_by_seed": [b for b, _ in cold],
-        "warm_final_by_seed": [f for _, f in warm], "cold_final_by_seed": [f for _, f in cold],
-        "warm": warm_rows[0], "cold": cold_rows[0],
-        "per_seed": [{"seed": s, "warm": w, "cold": c} for s, w, c in zip([0, 1, 2], warm_rows, cold_rows)],
+        "warm_trials": 32,
+        "cold_trials": 128,
+        "seeds": [0, 1, 2],
+        "warm_by_seed": [b for b, _ in warm],
+        "cold_by_seed": [b for b, _ in cold],
+        "warm_final_by_seed": [f for _, f in warm],
+        "cold_final_by_seed": [f for _, f in cold],
+        "warm": warm_rows[0],
+        "cold": cold_rows[0],
+        "per_seed": [
+            {"seed": s, "warm": w, "cold": c} for s, w, c in zip([0, 1, 2], warm_rows, cold_rows)
+        ],
         **fields,
-    }  # fmt: skip
+    }
 
 
 def test_reuse_over_seeds_is_judged_on_the_medians() -> None:
     """The rendering of a reuse result over three seeds (the run itself needs matmul 1024³: too slow here)."""
 
     ex = _reuse_extra(
-        [(9.7, 9.7), (9.5, 9.9), (10.2, 10.0)], [(9.5, 10.4), (9.6, 10.1), (9.9, 10.3)],
-        warm_best_ms=9.7, cold_best_ms=9.6, met=False,
-    )  # fmt: skip
+        [(9.7, 9.7), (9.5, 9.9), (10.2, 10.0)],
+        [(9.5, 10.4), (9.6, 10.1), (9.9, 10.3)],
+        warm_best_ms=9.7,
+        cold_best_ms=9.6,
+        met=False,
+    )
     result = {"seed": 0, "tune": {"extras": {"reuse": ex}}}
     _, rows = tune.extras_table(result)
     (row,) = rows
     assert row[1].startswith("median of 3 seeds: 9.7 ms vs 9.6 ms") and "9.5 vs 9.6" in row[1]
     assert row[2] == "not met"
-    assert len(tune._all_rows([], result["tune"])) == 6  # every seed's runs count as the tuner's own CPU
+    assert (
+        len(tune._all_rows([], result["tune"])) == 6
+    )  # every seed's runs count as the tuner's own CPU
 
 
 def test_reuse_is_judged_head_to_head_when_the_result_has_it() -> None:
-    duels = [{"warm_ms": 7.9, "cold_ms": 7.8, "numpy_ms": 8.0}, {"warm_ms": 7.8, "cold_ms": 8.1, "numpy_ms": 8.0},
-             {"warm_ms": 8.0, "cold_ms": 8.1, "numpy_ms": 8.2}]  # fmt: skip
+    duels = [
+        {"warm_ms": 7.9, "cold_ms": 7.8, "numpy_ms": 8.0},
+        {"warm_ms": 7.8, "cold_ms": 8.1, "numpy_ms": 8.0},
+        {"warm_ms": 8.0, "cold_ms": 8.1, "numpy_ms": 8.2},
+    ]
     ratios = [d["cold_ms"] / d["warm_ms"] for d in duels]
     ex = _reuse_extra(
-        [(7.7, 7.9), (7.7, 7.9), (8.2, 8.1)], [(7.6, 7.8), (7.4, 8.2), (7.7, 8.1)],
-        warm_best_ms=7.7, cold_best_ms=7.6, head_to_head=duels, cold_over_warm_by_seed=ratios,
-        cold_over_warm=sorted(ratios)[1], verdict_on="head_to_head", met=sorted(ratios)[1] >= 1,
+        [(7.7, 7.9), (7.7, 7.9), (8.2, 8.1)],
+        [(7.6, 7.8), (7.4, 8.2), (7.7, 8.1)],
+        warm_best_ms=7.7,
+        cold_best_ms=7.6,
+        head_to_head=duels,
+        cold_over_warm_by_seed=ratios,
+        cold_over_warm=sorted(ratios)[1],
+        verdict_on="head_to_head",
+        met=sorted(ratios)[1] >= 1,
         met_while_tuning=False,
-    )  # fmt: skip
+    )
     result = {"seed": 0, "tune": {"extras": {"reuse": ex}}}
     _, rows = tune.extras_table(result)
     (row,) = rows
-    assert row[1].startswith("head to head") and "7.9 vs 7.8" in row[1] and "7.7 vs 7.6 ms" in row[1]
-    assert row[2] == "met"  # median cold/warm 8.1/8.0 > 1, although the best while tuning says otherwise
+    assert (
+        row[1].startswith("head to head") and "7.9 vs 7.8" in row[1] and "7.7 vs 7.6 ms" in row[1]
+    )
+    assert (
+        row[2] == "met"
+    )  # median cold/warm 8.1/8.0 > 1, although the best while tuning says otherwise
     assert "median over the seeds of cold / warm" in (tune.extras_note(result) or "")
 
 
@@ -364,11 +480,23 @@ def test_head_to_head_times_verified_kernels_of_each_run_in_one_call(tmp_path: P
     space = default_space(task.program, target)
     traces = [space.sample(random.Random(s)) for s in (1, 2)]
     rows = {
-        name: {"best_trace_json": t.to_json(), "target": target.canonical()} for name, t in zip(("warm", "cold"), traces)
+        name: {"best_trace_json": t.to_json(), "target": target.canonical()}
+        for name, t in zip(("warm", "cold"), traces)
     }
-    ctx = tune.Context(folder=tmp_path, seed=0, quiet_wait_s=0, measure=MeasureConfig(warmup=1, number=2, repeat=3),
-                       log=lambda _: None)  # fmt: skip
+    ctx = tune.Context(
+        folder=tmp_path,
+        seed=0,
+        quiet_wait_s=0,
+        measure=MeasureConfig(warmup=1, number=2, repeat=3),
+        log=lambda _: None,
+    )
     duel = tune.head_to_head(ctx, task, rows)
     assert duel is not None and set(duel) == {"warm_ms", "cold_ms", "numpy_ms", "contended"}
-    assert all(duel[k] > 0 for k in ("warm_ms", "cold_ms", "numpy_ms")) and duel["contended"] in (True, False)
-    assert tune.head_to_head(ctx, task, {"warm": rows["warm"], "cold": {"best_trace_json": None}}) is None
+    assert all(duel[k] > 0 for k in ("warm_ms", "cold_ms", "numpy_ms")) and duel["contended"] in (
+        True,
+        False,
+    )
+    assert (
+        tune.head_to_head(ctx, task, {"warm": rows["warm"], "cold": {"best_trace_json": None}})
+        is None
+    )

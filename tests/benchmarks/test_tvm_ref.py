@@ -62,11 +62,20 @@ class NumpyKernel:
 def _row(task, result: dict) -> dict:  # type: ignore[no-untyped-def, type-arg]
     """A main-table row as tune_one writes it, around `compare`'s result."""
     row = {
-        "case": "matmul 16³", "label": "matmul 16³", "op": task.op, "params": dict(task.params),
-        "trials": 4, "trials_done": 4, "stop_reason": "budget", "strategy": "evolutionary",
-        "history_ms": [0.02, 0.01, 0.01, 0.005], "checkpoints_ms": {"4": 0.005},
-        "tune_s": 3.0, "candidates_per_s": 1.5, "contended": False,
-    }  # fmt: skip
+        "case": "matmul 16³",
+        "label": "matmul 16³",
+        "op": task.op,
+        "params": dict(task.params),
+        "trials": 4,
+        "trials_done": 4,
+        "stop_reason": "budget",
+        "strategy": "evolutionary",
+        "history_ms": [0.02, 0.01, 0.01, 0.005],
+        "checkpoints_ms": {"4": 0.005},
+        "tune_s": 3.0,
+        "candidates_per_s": 1.5,
+        "contended": False,
+    }
     row.update(result)
     return row
 
@@ -87,8 +96,14 @@ def test_tvm_kernel_joins_the_interleaved_timing_and_the_report(tmp_path: Path) 
     assert out["tvm_ratio_numpy"] == pytest.approx(out["numpy_ms"] / out["tvm_ms"])
 
     # A TVM kernel that writes nothing is refused and not timed.
-    lazy = tune.compare(kernel, task, QUICK, with_torch=False, round_pause_s=0.0,
-                        tvm=lambda i, s: NumpyKernel(task, i, s, lazy=True))  # fmt: skip
+    lazy = tune.compare(
+        kernel,
+        task,
+        QUICK,
+        with_torch=False,
+        round_pause_s=0.0,
+        tvm=lambda i, s: NumpyKernel(task, i, s, lazy=True),
+    )
     assert lazy["correct"] and "NaN" in lazy["tvm_message"] and lazy["tvm_ms"] is None
 
     # TVM's run as tune_cached records it: events in trials.jsonl, summarised by read_trials.
@@ -105,11 +120,24 @@ def test_tvm_kernel_joins_the_interleaved_timing_and_the_report(tmp_path: Path) 
     assert set(events) == {"start", "done"}
     history = tvm_ref.best_so_far(times)
     assert history == [0.03, 0.03, 0.02, 0.02]
-    meta = {"cached": True, "tuned_utc": "2026-11-24T04:00:00Z", "tune_s": 10.0, "trials": 4,
-            "trials_done": 4, "stop_reason": "budget", "history_ms": history, "trial_times_s": walls,
-            "best_tuning_ms": 0.02, "statuses": statuses, "first_error": first_error,
-            "folder": "x", "key": "k", "versions": {"apache-tvm": "0.27.0.post1"},
-            "target": {"kind": "llvm"}, "time_limit_s": 900.0}  # fmt: skip
+    meta = {
+        "cached": True,
+        "tuned_utc": "2026-11-24T04:00:00Z",
+        "tune_s": 10.0,
+        "trials": 4,
+        "trials_done": 4,
+        "stop_reason": "budget",
+        "history_ms": history,
+        "trial_times_s": walls,
+        "best_tuning_ms": 0.02,
+        "statuses": statuses,
+        "first_error": first_error,
+        "folder": "x",
+        "key": "k",
+        "versions": {"apache-tvm": "0.27.0.post1"},
+        "target": {"kind": "llvm"},
+        "time_limit_s": 900.0,
+    }
 
     row = _row(task, out)
     row["tvm"] = tune.tvm_row(meta, 4)
@@ -121,13 +149,25 @@ def test_tvm_kernel_joins_the_interleaved_timing_and_the_report(tmp_path: Path) 
     assert goal["met"] == goal["faster"]
 
     result = {
-        "rows": [row], "seed": 0, "utc": "2026-11-24T04:00:00Z",
-        "tune": {"trials": 4, "strategy": "evolutionary", "checkpoints": [4], "torch": None,
-                 "usable_cores": 2, "extras": {}, "not_done": [],
-                 "tvm": {"versions": {"apache-tvm": "0.27.0.post1", "apache-tvm-ffi": "0.1.14.post1"},
-                         "target": {"kind": "llvm", "mcpu": "znver3", "num-cores": 1},
-                         "cache_dir": "benchmarks/.tvm_cache", "time_limit_s": 900.0}},
-    }  # fmt: skip
+        "rows": [row],
+        "seed": 0,
+        "utc": "2026-11-24T04:00:00Z",
+        "tune": {
+            "trials": 4,
+            "strategy": "evolutionary",
+            "checkpoints": [4],
+            "torch": None,
+            "usable_cores": 2,
+            "extras": {},
+            "not_done": [],
+            "tvm": {
+                "versions": {"apache-tvm": "0.27.0.post1", "apache-tvm-ffi": "0.1.14.post1"},
+                "target": {"kind": "llvm", "mcpu": "znver3", "num-cores": 1},
+                "cache_dir": "benchmarks/.tvm_cache",
+                "time_limit_s": 900.0,
+            },
+        },
+    }
     tables = tune.report_tables(result)
     (headers, rows), tvm_caption = tables[0][1], tables[1][0]
     assert "TVM ms" in headers and "TVM tuning s" in headers
@@ -159,12 +199,21 @@ def test_the_goal_needs_both_kernels() -> None:
 
 
 def test_cache_key_changes_with_what_changes_the_tuning() -> None:
-    base = dict(trials=256, target={"kind": "llvm", "mcpu": "znver3", "num-cores": 1}, seed=0,
-                time_limit_s=900.0, tvm_versions={"apache-tvm": "0.27.0.post1"})  # fmt: skip
+    base = dict(
+        trials=256,
+        target={"kind": "llvm", "mcpu": "znver3", "num-cores": 1},
+        seed=0,
+        time_limit_s=900.0,
+        tvm_versions={"apache-tvm": "0.27.0.post1"},
+    )
     key = tvm_ref.cache_key("matmul", {"m": 8, "n": 8, "k": 8}, **base)  # type: ignore[arg-type]
     assert key == tvm_ref.cache_key("matmul", {"k": 8, "n": 8, "m": 8}, **base)  # type: ignore[arg-type]
-    for change in ({"trials": 128}, {"seed": 1}, {"tvm_versions": {"apache-tvm": "0.28"}},
-                   {"target": {"kind": "llvm", "mcpu": "skylake", "num-cores": 1}}):  # fmt: skip
+    for change in (
+        {"trials": 128},
+        {"seed": 1},
+        {"tvm_versions": {"apache-tvm": "0.28"}},
+        {"target": {"kind": "llvm", "mcpu": "skylake", "num-cores": 1}},
+    ):
         assert key != tvm_ref.cache_key("matmul", {"m": 8, "n": 8, "k": 8}, **{**base, **change})  # type: ignore[arg-type]
 
 
@@ -174,10 +223,20 @@ SMALL = {
     "matmul": {"m": 8, "n": 12, "k": 16},
     "batch_matmul": {"b": 2, "m": 8, "n": 12, "k": 4},
     "dense": {"m": 4, "k": 16, "n": 8, "bias": 1, "relu": 1},
-    "conv2d_nhwc": {"n": 1, "h": 7, "w": 6, "ci": 3, "co": 5, "kh": 3, "kw": 3, "stride": 2,
-                    "pad": 1, "dilation": 1},
+    "conv2d_nhwc": {
+        "n": 1,
+        "h": 7,
+        "w": 6,
+        "ci": 3,
+        "co": 5,
+        "kh": 3,
+        "kw": 3,
+        "stride": 2,
+        "pad": 1,
+        "dilation": 1,
+    },
     "softmax": {"m": 4, "n": 32},
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("op", sorted(SMALL))

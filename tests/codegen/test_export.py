@@ -41,14 +41,21 @@ ALLOWED_DEPENDENCIES = ("libc.so", "libm.so", "libpthread.so", "linux-vdso.so", 
 
 # Weak references every `cc -shared` library carries from the C runtime's own
 # start-up object (crtbeginS.o), never from the kernel.
-CRT_WEAK = {"__cxa_finalize", "__gmon_start__", "_ITM_deregisterTMCloneTable", "_ITM_registerTMCloneTable"}  # fmt: skip
+CRT_WEAK = {
+    "__cxa_finalize",
+    "__gmon_start__",
+    "_ITM_deregisterTMCloneTable",
+    "_ITM_registerTMCloneTable",
+}
 
 
 # ---------------------------------------------------------------------------
 # Helpers
 
 
-def loomtune(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def loomtune(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """The CLI in a fresh process, as a user runs it."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOMTUNE_")}
     full_env.update(env or {})
@@ -73,9 +80,17 @@ def one_error_line(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def driver_source(header: str, symbol: str, inputs: list[tuple[str, int, str]], outputs: list[tuple[str, int]]) -> str:  # fmt: skip
+def driver_source(
+    header: str, symbol: str, inputs: list[tuple[str, int, str]], outputs: list[tuple[str, int]]
+) -> str:
     """A C program: fill inputs by `expr` of i, outputs with NaN, call, print rc and outputs."""
-    lines = ["#include <math.h>", "#include <stdio.h>", "#include <stdlib.h>", f'#include "{header}"', ""]
+    lines = [
+        "#include <math.h>",
+        "#include <stdio.h>",
+        "#include <stdlib.h>",
+        f'#include "{header}"',
+        "",
+    ]
     lines.append("int main(void) {")
     args = []
     for k, (ctype, n, expr) in enumerate(inputs):
@@ -95,16 +110,30 @@ def driver_source(header: str, symbol: str, inputs: list[tuple[str, int, str]], 
     return "\n".join(lines) + "\n"
 
 
-def build_and_run(folder: Path, source: str, lib: str, *, compiler: str = "cc", suffix: str = ".c") -> np.ndarray:
+def build_and_run(
+    folder: Path, source: str, lib: str, *, compiler: str = "cc", suffix: str = ".c"
+) -> np.ndarray:
     """Compile `source` against `lib<lib>.so` in `folder`, run it, return the printed values."""
     driver = folder / f"driver{suffix}"
     driver.write_text(source)
     exe = folder / "driver"
     build = subprocess.run(
-        [compiler, "-Wall", "-Wextra", "-Werror", str(driver), f"-L{folder}", f"-l{lib}",
-         f"-Wl,-rpath,{folder}", "-o", str(exe)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            compiler,
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            str(driver),
+            f"-L{folder}",
+            f"-l{lib}",
+            f"-Wl,-rpath,{folder}",
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert build.returncode == 0, build.stderr
     ran = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=False)
     assert ran.returncode == 0, ran.stdout + ran.stderr
@@ -124,7 +153,9 @@ def dependencies(so: Path) -> list[str]:
 
 def dynamic_symbols(so: Path, which: str) -> list[tuple[str, str]]:
     """(nm type, name without @version) of the undefined or defined dynamic symbols."""
-    done = subprocess.run(["nm", "-D", f"--{which}-only", str(so)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["nm", "-D", f"--{which}-only", str(so)], capture_output=True, text=True, check=True
+    )
     out = []
     for line in done.stdout.splitlines():
         *_, kind, name = line.split()
@@ -165,21 +196,39 @@ def matmul_inputs(m: int, n: int, k: int) -> tuple[str, str, np.ndarray, np.ndar
 @needs_binutils
 def test_matmul_so_runs_from_c(tmp_path: Path) -> None:
     m, n, k = 37, 19, 23
-    done = loomtune("export", "matmul", f"m={m}", f"n={n}", f"k={k}", "--format", "so",
-                    "-o", str(tmp_path / "libmm.so"), cwd=tmp_path)  # fmt: skip
+    done = loomtune(
+        "export",
+        "matmul",
+        f"m={m}",
+        f"n={n}",
+        f"k={k}",
+        "--format",
+        "so",
+        "-o",
+        str(tmp_path / "libmm.so"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert SCHEDULE_LINE in done.stderr.splitlines()
     assert done.stdout == ""
     header = (tmp_path / "libmm.h").read_text()
     assert "int matmul(const float* A, const float* B, float* C);" in header
     assert 'extern "C"' in header and "#include <stdint.h>" in header
-    for doc in ("A  input   float32[37][23]", "B  input   float32[23][19]", "C  output  float32[37][19]"):
+    for doc in (
+        "A  input   float32[37][23]",
+        "B  input   float32[23][19]",
+        "C  output  float32[37][19]",
+    ):
         assert doc in header
     assert "Returns 0 on success" in header
 
     a_expr, b_expr, a, b = matmul_inputs(m, n, k)
-    source = driver_source("libmm.h", "matmul", [("float", m * k, a_expr), ("float", k * n, b_expr)],
-                           [("float", m * n)])  # fmt: skip
+    source = driver_source(
+        "libmm.h",
+        "matmul",
+        [("float", m * k, a_expr), ("float", k * n, b_expr)],
+        [("float", m * n)],
+    )
     got = build_and_run(tmp_path, source, "mm")
     assert got.shape == (m * n,)
     ref = (a.astype(np.float64) @ b.astype(np.float64)).ravel()
@@ -194,7 +243,9 @@ def test_matmul_so_runs_from_c(tmp_path: Path) -> None:
 def test_parallel_gelu_so_runs_from_c(tmp_path: Path) -> None:
     m, n = 37, 19  # 37 rows over 2 threads: an uneven split
     program = with_loop(library_task("gelu", {"m": m, "n": n}).program, "i", "parallel")
-    written = export_kernel(program, Target.host(2), symbol="gelu_par", fmt="so", output=tmp_path / "libgelu.so")
+    written = export_kernel(
+        program, Target.host(2), symbol="gelu_par", fmt="so", output=tmp_path / "libgelu.so"
+    )
     assert written == [tmp_path / "libgelu.so", tmp_path / "libgelu.h"]
     assert "int gelu_par(const float* X, float* Y);" in (tmp_path / "libgelu.h").read_text()
 
@@ -214,8 +265,20 @@ def test_parallel_gelu_so_runs_from_c(tmp_path: Path) -> None:
 @needs_binutils
 def test_name_changes_the_symbol(tmp_path: Path) -> None:
     m, n, k = 5, 6, 7
-    done = loomtune("export", "matmul", f"m={m}", f"n={n}", f"k={k}", "--name", "my_kernel",
-                    "--format", "so", "-o", str(tmp_path / "libmy.so"), cwd=tmp_path)  # fmt: skip
+    done = loomtune(
+        "export",
+        "matmul",
+        f"m={m}",
+        f"n={n}",
+        f"k={k}",
+        "--name",
+        "my_kernel",
+        "--format",
+        "so",
+        "-o",
+        str(tmp_path / "libmy.so"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     header = (tmp_path / "libmy.h").read_text()
     assert "int my_kernel(const float* A, const float* B, float* C);" in header
@@ -224,9 +287,15 @@ def test_name_changes_the_symbol(tmp_path: Path) -> None:
     assert "matmul" not in {name for _, name in dynamic_symbols(tmp_path / "libmy.so", "defined")}
 
     a_expr, b_expr, a, b = matmul_inputs(m, n, k)
-    source = driver_source("libmy.h", "my_kernel", [("float", m * k, a_expr), ("float", k * n, b_expr)],
-                           [("float", m * n)])  # fmt: skip
-    np.testing.assert_allclose(build_and_run(tmp_path, source, "my"), (a @ b).ravel(), rtol=1e-5, atol=1e-6)
+    source = driver_source(
+        "libmy.h",
+        "my_kernel",
+        [("float", m * k, a_expr), ("float", k * n, b_expr)],
+        [("float", m * n)],
+    )
+    np.testing.assert_allclose(
+        build_and_run(tmp_path, source, "my"), (a @ b).ravel(), rtol=1e-5, atol=1e-6
+    )
 
 
 @needs_cc
@@ -237,17 +306,37 @@ def test_custom_workload_header_works_in_cpp_with_bool_and_keyword_names(tmp_pat
         "format": "loomtune.workload/1",
         "name": "pick",
         "sizes": {"n": 9},
-        "inputs": [{"name": "int", "shape": ["n"], "dtype": "float32"},
-                   {"name": "flag", "shape": ["n"], "dtype": "bool"}],
-        "computes": [{"name": "out", "shape": ["n"], "axes": ["i"],
-                      "body": ["select", ["load", "flag", "i"], ["mul", ["load", "int", "i"], 2.0],
-                               ["load", "int", "i"]]}],
+        "inputs": [
+            {"name": "int", "shape": ["n"], "dtype": "float32"},
+            {"name": "flag", "shape": ["n"], "dtype": "bool"},
+        ],
+        "computes": [
+            {
+                "name": "out",
+                "shape": ["n"],
+                "axes": ["i"],
+                "body": [
+                    "select",
+                    ["load", "flag", "i"],
+                    ["mul", ["load", "int", "i"], 2.0],
+                    ["load", "int", "i"],
+                ],
+            }
+        ],
         "outputs": ["out"],
-    }  # fmt: skip
+    }
     path = tmp_path / "pick.workload.json"
     path.write_text(json.dumps(definition))
-    done = loomtune("export", "--workload", str(path), "--format", "so", "-o", str(tmp_path / "libpick.so"),
-                    cwd=tmp_path)  # fmt: skip
+    done = loomtune(
+        "export",
+        "--workload",
+        str(path),
+        "--format",
+        "so",
+        "-o",
+        str(tmp_path / "libpick.so"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     header = (tmp_path / "libpick.h").read_text()
     assert "int pick(const float* arg0, const uint8_t* flag, float* out);" in header
@@ -255,8 +344,12 @@ def test_custom_workload_header_works_in_cpp_with_bool_and_keyword_names(tmp_pat
 
     compiler = shutil.which("c++")
     compiler, suffix = (compiler, ".cpp") if compiler else ("cc", ".c")
-    source = driver_source("libpick.h", "pick", [("float", 9, "(float)i - 4"), ("uint8_t", 9, "i % 3 == 0")],
-                           [("float", 9)])  # fmt: skip
+    source = driver_source(
+        "libpick.h",
+        "pick",
+        [("float", 9, "(float)i - 4"), ("uint8_t", 9, "i % 3 == 0")],
+        [("float", 9)],
+    )
     got = build_and_run(tmp_path, source, "pick", compiler=compiler, suffix=suffix)
     x = np.arange(9, dtype=np.float64) - 4
     np.testing.assert_array_equal(got, np.where(np.arange(9) % 3 == 0, 2 * x, x))
@@ -269,11 +362,24 @@ def test_header_compiles_as_strict_c_for_every_integer_type(tmp_path: Path) -> N
     assert "int mm8(const uint8_t* A, const int8_t* B, int32_t* C);" in header
     (tmp_path / "mm8.h").write_text(header)
     # Included twice: the include guard must hold.
-    (tmp_path / "use.c").write_text('#include "mm8.h"\n#include "mm8.h"\nint main(void) { return 0; }\n')
+    (tmp_path / "use.c").write_text(
+        '#include "mm8.h"\n#include "mm8.h"\nint main(void) { return 0; }\n'
+    )
     done = subprocess.run(
-        ["cc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", str(tmp_path / "use.c")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            "cc",
+            "-std=c99",
+            "-pedantic",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsyntax-only",
+            str(tmp_path / "use.c"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -284,7 +390,9 @@ def test_header_compiles_as_strict_c_for_every_integer_type(tmp_path: Path) -> N
 @pytest.mark.parametrize("fmt", ["obj", "ll", "asm"])
 def test_other_formats_write_one_non_empty_file(tmp_path: Path, fmt: str) -> None:
     out = tmp_path / f"kernel.{fmt}"
-    done = loomtune("export", "matmul", "m=8", "n=9", "k=10", "--format", fmt, "-o", str(out), cwd=tmp_path)
+    done = loomtune(
+        "export", "matmul", "m=8", "n=9", "k=10", "--format", fmt, "-o", str(out), cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert SCHEDULE_LINE in done.stderr.splitlines()
     assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]  # no header, no temporary left
@@ -300,8 +408,19 @@ def test_other_formats_write_one_non_empty_file(tmp_path: Path, fmt: str) -> Non
 
 def test_cross_target_asm_uses_that_targets_registers(tmp_path: Path) -> None:
     out = tmp_path / "k.s"
-    done = loomtune("export", "gelu", "m=4", "n=64", "--target", "llvm -mcpu=x86-64 -mattr=+sse2",
-                    "--format", "asm", "-o", str(out), cwd=tmp_path)  # fmt: skip
+    done = loomtune(
+        "export",
+        "gelu",
+        "m=4",
+        "n=64",
+        "--target",
+        "llvm -mcpu=x86-64 -mattr=+sse2",
+        "--format",
+        "asm",
+        "-o",
+        str(out),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "not this machine's CPU" in done.stderr
     text = out.read_text()
@@ -323,27 +442,52 @@ def test_cross_target_asm_uses_that_targets_registers(tmp_path: Path) -> None:
     ],
 )
 def test_user_errors_are_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
-    done = loomtune("export", "matmul", "m=4", "n=4", "k=4", *args, "-o", str(tmp_path / "libx.so"), cwd=tmp_path)
+    done = loomtune(
+        "export",
+        "matmul",
+        "m=4",
+        "n=4",
+        "k=4",
+        *args,
+        "-o",
+        str(tmp_path / "libx.so"),
+        cwd=tmp_path,
+    )
     assert needle in one_error_line(done)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_missing_output_directory_is_one_line(tmp_path: Path) -> None:
-    done = loomtune("export", "matmul", "--format", "ll", "-o", str(tmp_path / "nope" / "k.ll"), cwd=tmp_path)
+    done = loomtune(
+        "export", "matmul", "--format", "ll", "-o", str(tmp_path / "nope" / "k.ll"), cwd=tmp_path
+    )
     assert "does not exist" in one_error_line(done)
 
 
 def test_without_cc_a_so_says_what_to_do(tmp_path: Path) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()
-    done = loomtune("export", "matmul", "m=4", "n=4", "k=4", "--format", "so", "-o", str(tmp_path / "libx.so"),
-                    cwd=tmp_path, env={"PATH": str(empty)})  # fmt: skip
+    done = loomtune(
+        "export",
+        "matmul",
+        "m=4",
+        "n=4",
+        "k=4",
+        "--format",
+        "so",
+        "-o",
+        str(tmp_path / "libx.so"),
+        cwd=tmp_path,
+        env={"PATH": str(empty)},
+    )
     line = one_error_line(done)
     assert "`cc`" in line and "--format obj" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
 
 
-@pytest.mark.parametrize("bad", ["9bad", "a-b", "int", "class", "__x", "_Bad", "free", "main", "", "é"])
+@pytest.mark.parametrize(
+    "bad", ["9bad", "a-b", "int", "class", "__x", "_Bad", "free", "main", "", "é"]
+)
 def test_check_symbol_refuses_names_c_cannot_use(bad: str) -> None:
     with pytest.raises(ExportError, match="invalid symbol name"):
         check_symbol(bad)

@@ -14,10 +14,22 @@ from ir.task import library_task
 
 # What generated code may call: memory from libc, math from libm, threads from libpthread.
 ALLOWED = {
-    "aligned_alloc", "malloc", "free", "memset", "memcpy",
-    "expf", "exp", "logf", "log", "sqrtf", "sqrt", "tanhf", "tanh",
-    "pthread_create", "pthread_join",
-}  # fmt: skip
+    "aligned_alloc",
+    "malloc",
+    "free",
+    "memset",
+    "memcpy",
+    "expf",
+    "exp",
+    "logf",
+    "log",
+    "sqrtf",
+    "sqrt",
+    "tanhf",
+    "tanh",
+    "pthread_create",
+    "pthread_join",
+}
 
 
 @pytest.mark.parametrize("op", list(OPS))
@@ -30,11 +42,15 @@ def test_only_libc_libm_libpthread(op: str) -> None:
 
 def test_symbol_check_sees_calls() -> None:
     # softmax needs scratch memory and a parallel loop needs pthreads: the check is not vacuous.
-    assert "aligned_alloc" in undefined_symbols(emit_module(lower(library_task("softmax").program), "softmax"))
+    assert "aligned_alloc" in undefined_symbols(
+        emit_module(lower(library_task("softmax").program), "softmax")
+    )
     program = lower(library_task("transpose").program)
     outer = program.body
     program = replace(program, body=replace(outer, kind="parallel"))
-    assert {"pthread_create", "pthread_join"} <= undefined_symbols(emit_module(program, "t", num_threads=2))
+    assert {"pthread_create", "pthread_join"} <= undefined_symbols(
+        emit_module(program, "t", num_threads=2)
+    )
 
 
 def test_intermediates_compacted_into_a_loop_live_on_the_stack() -> None:
@@ -53,7 +69,9 @@ def test_intermediates_compacted_into_a_loop_live_on_the_stack() -> None:
         sch.compute_at(sch.get_block(name), row)
     lowered = lower(sch.program)
     assert not lowered.allocs, "every intermediate was compacted into the row loop"
-    assert not {"aligned_alloc", "malloc", "free"} & undefined_symbols(emit_module(lowered, "softmax"))
+    assert not {"aligned_alloc", "malloc", "free"} & undefined_symbols(
+        emit_module(lowered, "softmax")
+    )
     kernel = compile_program(sch.program)
     inputs = task.make_inputs(0)
     outputs = empty_outputs(task.output_specs())

@@ -14,7 +14,9 @@ from workers.verify import empty_outputs, verify
 CASES = [(op, params) for op in OPS for params in PARAM_SETS[op]]
 
 
-@pytest.mark.parametrize(("op", "params"), CASES, ids=[f"{o}-{'-'.join(map(str, p.values()))}" for o, p in CASES])
+@pytest.mark.parametrize(
+    ("op", "params"), CASES, ids=[f"{o}-{'-'.join(map(str, p.values()))}" for o, p in CASES]
+)
 def test_default_nest_is_correct(op: str, params: dict[str, int]) -> None:
     task = library_task(op, params)
     kernel = compile_program(task.program)
@@ -54,11 +56,15 @@ def test_tolerance_rejects_layer_norm_with_unbiased_variance() -> None:
     x, gamma, beta = inputs
     (ref,) = task.reference(inputs)
     mean = x.mean(-1, keepdims=True)
-    wrong = ((x - mean) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + 1e-5) * gamma + beta).astype(np.float32)
+    wrong = ((x - mean) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + 1e-5) * gamma + beta).astype(
+        np.float32
+    )
     reason = verify([wrong], [ref], ["Y"], task.reduction_length)
     assert reason is not None and "tolerance" in reason
     # ... and the right formula passes.
-    right = ((x - mean) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * gamma + beta).astype(np.float32)
+    right = ((x - mean) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * gamma + beta).astype(
+        np.float32
+    )
     assert verify([right], [ref], ["Y"], task.reduction_length) is None
 
 

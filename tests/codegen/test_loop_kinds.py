@@ -75,9 +75,19 @@ def test_a_remainder_runs_as_narrower_vectors_never_as_one_vector_across_registe
     program = with_loop(task.program, "j", "vectorized")
     loop = next(n for n in walk(lower(program).body) if isinstance(n, For) and n.var.name == "j")
     plan = plan_vector_loop(loop, 16, 64)
-    assert plan is not None and (plan.lanes, plan.chunks, plan.segments, plan.tail) == (32, 1, (8,), 9)
+    assert plan is not None and (plan.lanes, plan.chunks, plan.segments, plan.tail) == (
+        32,
+        1,
+        (8,),
+        9,
+    )
     text = emit_module(lower(program), "k", vector_bits=512)
-    assert "<32 x float>" in text and "<8 x float>" in text and "<41 x float>" not in text and "<9 x float>" not in text
+    assert (
+        "<32 x float>" in text
+        and "<8 x float>" in text
+        and "<41 x float>" not in text
+        and "<9 x float>" not in text
+    )
     run_and_verify(task, program)  # 32 + 8 lanes as vectors, the last one scalar
 
 
@@ -99,10 +109,16 @@ def test_assembly_uses_wide_registers_without_llvms_loop_vectorizer() -> None:
     task = library_task("gelu", {"m": 4, "n": 64})
     vec_text = emit_module(lower(with_loop(task.program, "j", "vectorized", vector_width=8)), "kv")
     ser_text = emit_module(lower(task.program), "ks")
-    vec_asm = compile_ir(vec_text, Target.host(), loop_vectorize=False, slp_vectorize=False).assembly()
-    ser_asm = compile_ir(ser_text, Target.host(), loop_vectorize=False, slp_vectorize=False).assembly()
+    vec_asm = compile_ir(
+        vec_text, Target.host(), loop_vectorize=False, slp_vectorize=False
+    ).assembly()
+    ser_asm = compile_ir(
+        ser_text, Target.host(), loop_vectorize=False, slp_vectorize=False
+    ).assembly()
     assert _packed_ops(vec_asm), "vectorized loop did not use packed ymm/zmm arithmetic"
-    assert not _packed_ops(ser_asm), "the serial twin should stay scalar with LLVM's vectorizers off"
+    assert not _packed_ops(ser_asm), (
+        "the serial twin should stay scalar with LLVM's vectorizers off"
+    )
 
 
 @pytest.mark.parametrize(
@@ -112,11 +128,34 @@ def test_assembly_uses_wide_registers_without_llvms_loop_vectorizer() -> None:
         ("softmax", {"m": 4, "n": 33}, "j_1", 16),  # exp of a vector, remainder 1
         ("matmul", {"m": 5, "n": 19, "k": 7}, "j", 8),  # reduction inside, j spatial
         ("matmul_int8", {"m": 3, "n": 21, "k": 9}, "j", 8),  # integer vectors and casts
-        ("conv2d_nhwc", {"n": 1, "h": 5, "w": 5, "ci": 3, "co": 10, "kh": 3, "kw": 3, "stride": 1, "pad": 1, "dilation": 1}, "c", 4),
-        ("avg_pool2d", {"n": 1, "h": 6, "w": 6, "c": 11, "kh": 3, "kw": 3, "stride": 2, "pad": 1}, "ch", 8),
+        (
+            "conv2d_nhwc",
+            {
+                "n": 1,
+                "h": 5,
+                "w": 5,
+                "ci": 3,
+                "co": 10,
+                "kh": 3,
+                "kw": 3,
+                "stride": 1,
+                "pad": 1,
+                "dilation": 1,
+            },
+            "c",
+            4,
+        ),
+        (
+            "avg_pool2d",
+            {"n": 1, "h": 6, "w": 6, "c": 11, "kh": 3, "kw": 3, "stride": 2, "pad": 1},
+            "ch",
+            8,
+        ),
     ],
-)  # fmt: skip
-def test_vectorized_programs_are_correct(op: str, params: dict[str, int], loop: str, width: int) -> None:
+)
+def test_vectorized_programs_are_correct(
+    op: str, params: dict[str, int], loop: str, width: int
+) -> None:
     task = library_task(op, params)
     run_and_verify(task, with_loop(task.program, loop, "vectorized", vector_width=width))
 
@@ -144,7 +183,9 @@ def test_unrolled_tile_index_arithmetic_is_folded_and_one_chunk_vectors_have_no_
     # A register tile: rows unrolled, each row one 16-wide vector. Its index arithmetic on the
     # unrolled constants is folded while emitting, and a vector loop of one chunk is no loop.
     task = library_task("matmul", {"m": 4, "n": 16, "k": 8})
-    program = with_loop(with_loop(task.program, "i", "unrolled"), "j", "vectorized", vector_width=16)
+    program = with_loop(
+        with_loop(task.program, "i", "unrolled"), "j", "vectorized", vector_width=16
+    )
     text = function_body(emit_module(lower(program), "k"), "k")
     constant_only = re.findall(r"= (?:add|sub|mul)(?: nsw)? i64 -?\d+, -?\d+\n", text)
     assert constant_only == []
@@ -165,10 +206,16 @@ def test_unrolled_programs_are_correct() -> None:
 def test_parallel_loop_is_outlined_onto_pthreads() -> None:
     task = library_task("gelu", {"m": 8, "n": 8})
     text = emit_module(lower(with_loop(task.program, "i", "parallel")), "k", num_threads=2)
-    assert re.search(r'call i32 @"?pthread_create', text) and re.search(r'call i32 @"?pthread_join', text)
-    assert re.search(r"define internal ptr @\"?k\.par\d+", text) and re.search(r"define internal i32 @\"?k\.body\d+\"?\(ptr noalias", text)
+    assert re.search(r'call i32 @"?pthread_create', text) and re.search(
+        r'call i32 @"?pthread_join', text
+    )
+    assert re.search(r"define internal ptr @\"?k\.par\d+", text) and re.search(
+        r"define internal i32 @\"?k\.body\d+\"?\(ptr noalias", text
+    )
     # One thread: no threads at all.
-    assert "pthread_create" not in emit_module(lower(with_loop(task.program, "i", "parallel")), "k", num_threads=1)
+    assert "pthread_create" not in emit_module(
+        lower(with_loop(task.program, "i", "parallel")), "k", num_threads=1
+    )
 
 
 @pytest.mark.parametrize("threads", [2, 3])
@@ -176,14 +223,32 @@ def test_parallel_loop_is_outlined_onto_pthreads() -> None:
     ("op", "params", "loops"),
     [
         ("gelu", {"m": 7, "n": 13}, {"i": "parallel"}),
-        ("matmul", {"m": 9, "n": 5, "k": 4}, {"i": "parallel"}),  # parallel over a reduction's spatial axis
+        (
+            "matmul",
+            {"m": 9, "n": 5, "k": 4},
+            {"i": "parallel"},
+        ),  # parallel over a reduction's spatial axis
         ("matmul", {"m": 4, "n": 9, "k": 4}, {"j": "parallel"}),  # parallel nested in a serial loop
-        ("matmul", {"m": 6, "n": 6, "k": 3}, {"i": "parallel", "j": "parallel"}),  # nested parallel: inner serial
-        ("softmax", {"m": 5, "n": 40}, {"i": "parallel", "i_1": "parallel", "i_2": "parallel", "i_3": "parallel"}),
-        ("gelu", {"m": 2, "n": 64}, {"i": "parallel", "j": "vectorized"}),  # parallel over fewer rows than threads
+        (
+            "matmul",
+            {"m": 6, "n": 6, "k": 3},
+            {"i": "parallel", "j": "parallel"},
+        ),  # nested parallel: inner serial
+        (
+            "softmax",
+            {"m": 5, "n": 40},
+            {"i": "parallel", "i_1": "parallel", "i_2": "parallel", "i_3": "parallel"},
+        ),
+        (
+            "gelu",
+            {"m": 2, "n": 64},
+            {"i": "parallel", "j": "vectorized"},
+        ),  # parallel over fewer rows than threads
     ],
 )
-def test_parallel_programs_are_correct(op: str, params: dict[str, int], loops: dict[str, str], threads: int) -> None:
+def test_parallel_programs_are_correct(
+    op: str, params: dict[str, int], loops: dict[str, str], threads: int
+) -> None:
     task = library_task(op, params)
     program = task.program
     for name, kind in loops.items():
@@ -213,9 +278,16 @@ def test_polynomial_exp_and_tanh_meet_the_tolerance_over_a_wide_range() -> None:
     e = te.compute((4096,), lambda i: te.exp(x[i]), "E")
     t = te.compute((4096,), lambda i: te.tanh(x[i]), "T")
     for out, ref in ((e, np.exp), (t, np.tanh)):
-        program = with_loop(build_program(te.Workload("f", (x,), (out,))), "i", "vectorized", vector_width=8)
+        program = with_loop(
+            build_program(te.Workload("f", (x,), (out,))), "i", "vectorized", vector_width=8
+        )
         kernel = compile_program(program)
-        xs = np.concatenate([np.linspace(-90, 90, 4000, dtype=np.float32), np.float32([0, -0.0, 1e-6, np.nan, np.inf, -np.inf])])
+        xs = np.concatenate(
+            [
+                np.linspace(-90, 90, 4000, dtype=np.float32),
+                np.float32([0, -0.0, 1e-6, np.nan, np.inf, -np.inf]),
+            ]
+        )
         xs = np.pad(xs, (0, 4096 - xs.size)).astype(np.float32)
         y = np.full(4096, np.nan, np.float32)
         kernel(xs, y)

@@ -40,9 +40,24 @@ RUNNER = "e2e-test"
 
 # The commands, as docker-compose.yml spells them; HOST, PORT, URL and TOKEN stand for values.
 COORDINATOR_COMMANDS = (("loomtune", "db", "upgrade"), ("loomtune", "serve", "--host", "HOST"))
-WORKER_COMMAND = ("loomtune", "worker", "--coordinator", "URL", "--token", "TOKEN", "--cores", "CORES")
+WORKER_COMMAND = (
+    "loomtune",
+    "worker",
+    "--coordinator",
+    "URL",
+    "--token",
+    "TOKEN",
+    "--cores",
+    "CORES",
+)
 WORKER_TOKEN_COMMAND = ("loomtune", "token", "create", "--role", "worker", "--owner", "OWNER")
-PLACEHOLDER_OPTIONS = {"--host": "HOST", "--coordinator": "URL", "--token": "TOKEN", "--cores": "CORES", "--owner": "OWNER"}
+PLACEHOLDER_OPTIONS = {
+    "--host": "HOST",
+    "--coordinator": "URL",
+    "--token": "TOKEN",
+    "--cores": "CORES",
+    "--owner": "OWNER",
+}
 LOCAL_OPTIONS = ("--port", "--log-level", "--ssl-certfile", "--ssl-keyfile")
 """Options only the tests add (a free port on loopback, quieter logs, TLS); compose uses the defaults."""
 
@@ -126,7 +141,9 @@ class Proc:
     def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115
         self.argv = list(argv)
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True)
+        self.proc = subprocess.Popen(
+            self.argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True
+        )
         self.descendants: set[int] = set()
 
     @property
@@ -143,7 +160,9 @@ class Proc:
             if m:
                 return m
             if self.proc.poll() is not None:
-                raise AssertionError(f"{self.argv[:3]} exited {self.proc.returncode} before {pattern!r}:\n{self.text()[-3000:]}")
+                raise AssertionError(
+                    f"{self.argv[:3]} exited {self.proc.returncode} before {pattern!r}:\n{self.text()[-3000:]}"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {pattern!r} within {timeout} s:\n{self.text()[-3000:]}")
             time.sleep(0.05)
@@ -170,7 +189,14 @@ class Proc:
 class Coordinator:
     """`loomtune db upgrade` then `loomtune serve` on 127.0.0.1, on one database."""
 
-    def __init__(self, database_url: str, port: int | None = None, *, tls: tuple[Path, Path] | None = None, **settings: str) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        port: int | None = None,
+        *,
+        tls: tuple[Path, Path] | None = None,
+        **settings: str,
+    ) -> None:
         self.database_url = database_url
         self.port = port or free_port()
         self.tls = tls
@@ -184,7 +210,11 @@ class Coordinator:
     def argv(self) -> list[list[str]]:
         """The commands, with this coordinator's host and port."""
         upgrade, serve = (fill(c, host="127.0.0.1") for c in COORDINATOR_COMMANDS)
-        tls = ["--ssl-certfile", str(self.tls[0]), "--ssl-keyfile", str(self.tls[1])] if self.tls else []
+        tls = (
+            ["--ssl-certfile", str(self.tls[0]), "--ssl-keyfile", str(self.tls[1])]
+            if self.tls
+            else []
+        )
         return [upgrade, [*serve, "--port", str(self.port), "--log-level", "warning", *tls]]
 
     def start(self) -> Coordinator:
@@ -192,14 +222,23 @@ class Coordinator:
         return self.upgrade().serve()
 
     def upgrade(self) -> Coordinator:
-        done = subprocess.run(command(self.argv()[0]), cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            command(self.argv()[0]),
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return self
 
     def worker_token(self, owner: str) -> str:
         """`loomtune token create --role worker` (the database directly, no coordinator needed): the secret."""
         argv = fill(WORKER_TOKEN_COMMAND, owner=owner)
-        done = subprocess.run(command(argv), cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            command(argv), cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout.strip().splitlines()[-1]
 
@@ -208,9 +247,14 @@ class Coordinator:
         deadline = time.monotonic() + 60
         while True:
             if self.proc.proc.poll() is not None:
-                raise AssertionError(f"serve exited {self.proc.proc.returncode}: {self.proc.text()[-2000:]}")
+                raise AssertionError(
+                    f"serve exited {self.proc.proc.returncode}: {self.proc.text()[-2000:]}"
+                )
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=2, verify=self._verify()).status_code == 200:
+                if (
+                    httpx.get(f"{self.url}/healthz", timeout=2, verify=self._verify()).status_code
+                    == 200
+                ):
                     return self
             except httpx.TransportError:
                 pass
@@ -233,7 +277,13 @@ class Coordinator:
 
     def token(self, role: str, owner: str | None = None) -> str:
         body: dict[str, Any] = {"role": role, **({"owner": owner} if owner else {})}
-        r = httpx.post(f"{self.url}/v1/tokens", json=body, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10, verify=self._verify())
+        r = httpx.post(
+            f"{self.url}/v1/tokens",
+            json=body,
+            headers={"Authorization": f"Bearer {ADMIN}"},
+            timeout=10,
+            verify=self._verify(),
+        )
         assert r.status_code == 201, r.text
         return r.json()["secret"]
 
@@ -242,7 +292,15 @@ class Coordinator:
     def start_job(self, task: Any, target: str, traces: Sequence[Any]) -> tuple[int, list[int]]:
         """A running job held by RUNNER, with one candidate per trace; (job id, candidate ids)."""
         with self.sessions.write() as s:
-            job = jobs.create_job(s, owner="e2e", task=task, target=target, trials=len(traces), strategy="replay", seed=0)
+            job = jobs.create_job(
+                s,
+                owner="e2e",
+                task=task,
+                target=target,
+                trials=len(traces),
+                strategy="replay",
+                seed=0,
+            )
             job.status = "running"
             job.runner = RUNNER
             job.runner_expires_at = utc_now() + timedelta(hours=1)
@@ -265,15 +323,20 @@ class Coordinator:
                 progress = jobs.job_progress(s, job_id)
             if progress.outstanding == 0:
                 return
-            assert time.monotonic() < deadline, f"job {job_id}: {progress.outstanding} candidate(s) still unmeasured after {timeout} s"
+            assert time.monotonic() < deadline, (
+                f"job {job_id}: {progress.outstanding} candidate(s) still unmeasured after {timeout} s"
+            )
             time.sleep(0.1)
 
-    def wait_leased(self, candidate_ids: Sequence[int], worker_id: int, timeout: float = 30.0) -> None:
+    def wait_leased(
+        self, candidate_ids: Sequence[int], worker_id: int, timeout: float = 30.0
+    ) -> None:
         deadline = time.monotonic() + timeout
         while self.count(
             "SELECT count(*) FROM candidates WHERE id = ANY(:ids) AND status = 'leased' AND lease_holder = :w",
-            ids=list(candidate_ids), w=worker_id,
-        ) < len(candidate_ids):  # fmt: skip
+            ids=list(candidate_ids),
+            w=worker_id,
+        ) < len(candidate_ids):
             assert time.monotonic() < deadline, f"worker {worker_id} did not lease {candidate_ids}"
             time.sleep(0.05)
 
@@ -289,7 +352,9 @@ class Coordinator:
 class Worker(Proc):
     """`loomtune worker --coordinator URL --token T --cores C`; `id` once it registered."""
 
-    def __init__(self, url: str, token: str, cores: str, *, faults: bool = False, **env: str) -> None:
+    def __init__(
+        self, url: str, token: str, cores: str, *, faults: bool = False, **env: str
+    ) -> None:
         argv = fill(WORKER_COMMAND, url=url, token=token, cores=cores)
         extra = {"LOOMTUNE_TEST_FAULTS": "1"} if faults else {}
         super().__init__(command(argv), base_env(**extra, **env))

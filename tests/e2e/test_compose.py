@@ -46,7 +46,9 @@ def _commands(service: dict[str, Any]) -> list[tuple[str, ...]]:
     for part in argv[2].split("&&"):
         words = shlex.split(part.strip().strip("{};"))
         words = words[1:] if words[:1] == ["exec"] else words
-        if words[:1] == ["test"]:  # `test -s FILE || { loomtune token create ... > FILE && tail ... }`
+        if words[:1] == [
+            "test"
+        ]:  # `test -s FILE || { loomtune token create ... > FILE && tail ... }`
             words = shlex.split(part.split("||", 1)[1].strip().lstrip("{").strip())
         cut = words.index(">") if ">" in words else len(words)
         if words[:1] == ["loomtune"]:
@@ -62,11 +64,25 @@ def test_compose_file_is_valid() -> None:
             pytest.fail(message + "; .ci/run installs it")
         pytest.skip(message)
     env = {**os.environ, **ENV}
-    done = subprocess.run([exe, "-f", str(COMPOSE), "config", "-q"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [exe, "-f", str(COMPOSE), "config", "-q"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     # Without an admin token the file refuses to start a coordinator, saying why.
     env.pop("LOOMTUNE_ADMIN_TOKEN")
-    done = subprocess.run([exe, "-f", str(COMPOSE), "config", "-q"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [exe, "-f", str(COMPOSE), "config", "-q"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0 and "LOOMTUNE_ADMIN_TOKEN" in done.stderr
 
 
@@ -91,10 +107,14 @@ def test_compose_runs_the_commands_the_e2e_tests_run() -> None:
         worker = services[name]
         (argv,) = _commands(worker)
         assert normalise(argv) == normalise(WORKER_COMMAND)
-        assert normalise(fill(WORKER_COMMAND, url="http://127.0.0.1:1", token="lt_x", cores="0")) == normalise(argv)
+        assert normalise(
+            fill(WORKER_COMMAND, url="http://127.0.0.1:1", token="lt_x", cores="0")
+        ) == normalise(argv)
         assert argv[argv.index("--coordinator") + 1] == f"http://coordinator:{DEFAULT_PORT}"
         assert argv[argv.index("--cores") + 1] == cores
-        assert "environment" not in worker  # a worker reaches the coordinator only, never the database
+        assert (
+            "environment" not in worker
+        )  # a worker reaches the coordinator only, never the database
         assert worker["depends_on"]["worker-token"]["condition"] == "service_completed_successfully"
 
 
@@ -110,7 +130,9 @@ def test_dockerfile_builds_the_package_the_commands_come_from() -> None:
     import tomllib
 
     dockerfile = (ROOT / "Dockerfile").read_text()
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"
+    ]["find"]["include"]
     for pattern in packages:  # every package the wheel has is copied into the image
         folder = pattern.rstrip("*")
         assert f"COPY {folder} {folder}" in dockerfile, folder

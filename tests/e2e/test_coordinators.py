@@ -28,14 +28,24 @@ def procs() -> Iterator[list[Proc]]:
 
 
 def submit(c: Coordinator, token: str, m: int, trials: int) -> int:
-    body = {"workload": {"op": "matmul", "params": {"m": m, "n": 32, "k": 16}}, "target": "host", "trials": trials, "strategy": "replay", "seed": 5}
-    r = httpx.post(f"{c.url}/v1/jobs", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    body = {
+        "workload": {"op": "matmul", "params": {"m": m, "n": 32, "k": 16}},
+        "target": "host",
+        "trials": trials,
+        "strategy": "replay",
+        "seed": 5,
+    }
+    r = httpx.post(
+        f"{c.url}/v1/jobs", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
 
 def job(c: Coordinator, token: str, job_id: int) -> dict:
-    r = httpx.get(f"{c.url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    r = httpx.get(
+        f"{c.url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -46,7 +56,9 @@ def wait_status(c: Coordinator, token: str, job_id: int, timeout: float = 180) -
         state = job(c, token, job_id)
         if state["status"] in ("succeeded", "failed", "cancelled"):
             return state
-        assert time.monotonic() < deadline, f"job {job_id} still {state['status']} after {timeout} s: {state}"
+        assert time.monotonic() < deadline, (
+            f"job {job_id} still {state['status']} after {timeout} s: {state}"
+        )
         time.sleep(0.2)
 
 
@@ -72,15 +84,25 @@ def test_a_coordinator_killed_mid_job_resumes_it_after_a_restart(procs: list[Pro
             try:
                 done = wait_status(c, client, job_id, timeout=60)
             except AssertionError:
-                print("CANDIDATES", c.rows("SELECT id, status, lease_holder, lease_expires_at, attempts FROM candidates WHERE job_id = :j ORDER BY id", j=job_id))
-                print("JOB", c.rows("SELECT status, runner, runner_expires_at, trials_done FROM jobs"))
+                print(
+                    "CANDIDATES",
+                    c.rows(
+                        "SELECT id, status, lease_holder, lease_expires_at, attempts FROM candidates WHERE job_id = :j ORDER BY id",
+                        j=job_id,
+                    ),
+                )
+                print(
+                    "JOB", c.rows("SELECT status, runner, runner_expires_at, trials_done FROM jobs")
+                )
                 print("LOG", c.proc.text()[-4000:])
                 print("WORKER", worker.text()[-3000:])
                 raise
             assert done["status"] == "succeeded" and done["trials_done"] == trials, done
             counts = _records_per_candidate(c, job_id)
             assert len(counts) == trials and set(counts.values()) == {1}
-            hashes = [h for (h,) in c.rows("SELECT trace_hash FROM records WHERE job_id = :j", j=job_id)]
+            hashes = [
+                h for (h,) in c.rows("SELECT trace_hash FROM records WHERE job_id = :j", j=job_id)
+            ]
             assert len(hashes) == len(set(hashes)) == trials  # nothing measured twice
             assert worker.proc.poll() is None and "reachable again" in worker.text()
         finally:
@@ -106,8 +128,14 @@ def test_two_coordinators_on_one_database_drive_each_job_once(procs: list[Proc])
                 done = wait_status(first, client, job_id)
                 assert done["status"] == "succeeded" and done["trials_done"] == trials, done
                 # one driver per job: exactly its budget of candidates was ever written
-                assert first.count("SELECT count(*) FROM candidates WHERE job_id = :j", j=job_id) == trials
-                assert first.count("SELECT count(*) FROM records WHERE job_id = :j", j=job_id) == trials
+                assert (
+                    first.count("SELECT count(*) FROM candidates WHERE job_id = :j", j=job_id)
+                    == trials
+                )
+                assert (
+                    first.count("SELECT count(*) FROM records WHERE job_id = :j", j=job_id)
+                    == trials
+                )
         finally:
             second.kill()
             second.engine.dispose()

@@ -74,11 +74,16 @@ def target() -> str:
 
 
 def _records_per_candidate(c: Coordinator, job_id: int) -> dict[int, int]:
-    rows = c.rows("SELECT candidate_id, count(*) FROM records WHERE job_id = :j GROUP BY candidate_id", j=job_id)
+    rows = c.rows(
+        "SELECT candidate_id, count(*) FROM records WHERE job_id = :j GROUP BY candidate_id",
+        j=job_id,
+    )
     return {cid: n for cid, n in rows}
 
 
-def test_two_workers_measure_every_candidate_exactly_once(coordinator: Coordinator, procs: list[Proc], target: str) -> None:
+def test_two_workers_measure_every_candidate_exactly_once(
+    coordinator: Coordinator, procs: list[Proc], target: str
+) -> None:
     c = coordinator
     token = c.token("worker", "farm")
     cores = core_list()
@@ -96,22 +101,38 @@ def test_two_workers_measure_every_candidate_exactly_once(coordinator: Coordinat
         c.wait_measured(job_id)
         # Every candidate has exactly one record, measured by one of the two workers at the first attempt.
         assert _records_per_candidate(c, job_id) == {cid: 1 for cid in ids}
-        assert c.count("SELECT count(*) FROM candidates WHERE job_id = :j AND status = 'done' AND attempts = 1", j=job_id) == len(ids)
+        assert c.count(
+            "SELECT count(*) FROM candidates WHERE job_id = :j AND status = 'done' AND attempts = 1",
+            j=job_id,
+        ) == len(ids)
         assert c.count("SELECT trials_done FROM jobs WHERE id = :j", j=job_id) == len(ids)
-        by_worker = dict(c.rows("SELECT worker, count(*) FROM records WHERE job_id = :j GROUP BY worker", j=job_id))
+        by_worker = dict(
+            c.rows(
+                "SELECT worker, count(*) FROM records WHERE job_id = :j GROUP BY worker", j=job_id
+            )
+        )
         assert len(by_worker) == 2, by_worker  # both measured some
         # The crashing candidate is a crashed record, and its worker lives on.
-        ((status, message),) = c.rows("SELECT status, message FROM records WHERE candidate_id = :c", c=ids[-1])
+        ((status, message),) = c.rows(
+            "SELECT status, message FROM records WHERE candidate_id = :c", c=ids[-1]
+        )
         assert status == "crashed" and "SIGSEGV" in message
-        assert c.count("SELECT count(*) FROM records WHERE job_id = :j AND status = 'ok'", j=job_id) == len(ids) - 1
+        assert (
+            c.count("SELECT count(*) FROM records WHERE job_id = :j AND status = 'ok'", j=job_id)
+            == len(ids) - 1
+        )
         assert all(w.proc.poll() is None for w in workers)
-        assert {r[0] for r in c.rows("SELECT llvm_version FROM records WHERE job_id = :j", j=job_id)} != {""}
+        assert {
+            r[0] for r in c.rows("SELECT llvm_version FROM records WHERE job_id = :j", j=job_id)
+        } != {""}
 
     finally:
         c.finish(job_id)
 
 
-def test_a_job_submitted_over_http_is_tuned_by_two_workers(coordinator: Coordinator, procs: list[Proc], target: str, tmp_path) -> None:
+def test_a_job_submitted_over_http_is_tuned_by_two_workers(
+    coordinator: Coordinator, procs: list[Proc], target: str, tmp_path
+) -> None:
     """`loomtune jobs submit --wait`: the coordinator's job runner proposes, two workers measure, the job succeeds."""
     c = coordinator
     token = c.token("worker", "farm")
@@ -123,9 +144,29 @@ def test_a_job_submitted_over_http_is_tuned_by_two_workers(coordinator: Coordina
     client = c.token("client", "alice")
     trials = 12
     submit = subprocess.run(
-        command(["loomtune", "jobs", "submit", "matmul", "m=32", "n=32", "k=32", "--trials", str(trials), "--seed", "1", "--wait", "--json"]),
-        cwd=ROOT, env=base_env(LOOMTUNE_COORDINATOR=c.url, LOOMTUNE_TOKEN=client), capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        command(
+            [
+                "loomtune",
+                "jobs",
+                "submit",
+                "matmul",
+                "m=32",
+                "n=32",
+                "k=32",
+                "--trials",
+                str(trials),
+                "--seed",
+                "1",
+                "--wait",
+                "--json",
+            ]
+        ),
+        cwd=ROOT,
+        env=base_env(LOOMTUNE_COORDINATOR=c.url, LOOMTUNE_TOKEN=client),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert submit.returncode == 0, submit.stderr
     job = json.loads(submit.stdout)
     assert job["status"] == "succeeded" and job["trials"] == trials and job["error"] is None
@@ -138,25 +179,53 @@ def test_a_job_submitted_over_http_is_tuned_by_two_workers(coordinator: Coordina
 
     trace_file = tmp_path / "best.json"
     best = subprocess.run(
-        command(["loomtune", "best", "matmul", "m=32", "n=32", "k=32", "--coordinator", c.url, "--token", client, "-o", str(trace_file)]),
-        cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        command(
+            [
+                "loomtune",
+                "best",
+                "matmul",
+                "m=32",
+                "n=32",
+                "k=32",
+                "--coordinator",
+                c.url,
+                "--token",
+                client,
+                "-o",
+                str(trace_file),
+            ]
+        ),
+        cwd=ROOT,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert best.returncode == 0, best.stderr
     applied = subprocess.run(
-        command(["loomtune", "apply", str(trace_file), "--json"]), cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=120
+        command(["loomtune", "apply", str(trace_file), "--json"]),
+        cwd=ROOT,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert applied.returncode == 0, applied.stderr
     assert json.loads(applied.stdout)["correct"] is True
 
 
-def test_a_worker_killed_with_sigkill_has_its_leases_re_dispatched(coordinator: Coordinator, procs: list[Proc], target: str) -> None:
+def test_a_worker_killed_with_sigkill_has_its_leases_re_dispatched(
+    coordinator: Coordinator, procs: list[Proc], target: str
+) -> None:
     c = coordinator
     token = c.token("worker", "farm")
     cores = core_list()
     doomed = Worker(c.url, token, cores[0], faults=True)  # its first candidate hangs
     procs.append(doomed)
     doomed.ready()
-    job_id, ids = c.start_job(TASK, target, [faulty_trace(TASK, "hang"), *sample_traces(TASK, 1, seed=1)])
+    job_id, ids = c.start_job(
+        TASK, target, [faulty_trace(TASK, "hang"), *sample_traces(TASK, 1, seed=1)]
+    )
     try:
         c.wait_leased(ids, doomed.id)  # a batch of two: one hanging in its slot, one waiting
         doomed.signal(signal.SIGKILL)
@@ -167,22 +236,33 @@ def test_a_worker_killed_with_sigkill_has_its_leases_re_dispatched(coordinator: 
         procs.append(rescuer)
         rescuer.ready()
         c.wait_measured(job_id)
-        assert time.monotonic() - killed_at >= float(LEASE_SECONDS) - 0.5  # not before the lease expired
+        assert (
+            time.monotonic() - killed_at >= float(LEASE_SECONDS) - 0.5
+        )  # not before the lease expired
         assert _records_per_candidate(c, job_id) == {cid: 1 for cid in ids}
-        rows = c.rows("SELECT attempts, lease_holder, status FROM candidates WHERE job_id = :j", j=job_id)
+        rows = c.rows(
+            "SELECT attempts, lease_holder, status FROM candidates WHERE job_id = :j", j=job_id
+        )
         assert sorted(rows) == [(2, rescuer.id, "done")] * 2
-        assert c.count("SELECT count(*) FROM records WHERE job_id = :j AND status = 'ok'", j=job_id) == 2
+        assert (
+            c.count("SELECT count(*) FROM records WHERE job_id = :j AND status = 'ok'", j=job_id)
+            == 2
+        )
         assert c.count("SELECT trials_done FROM jobs WHERE id = :j", j=job_id) == 2
     finally:
         c.finish(job_id)
 
 
-def test_sigterm_hands_the_leases_back_within_2_s_and_exits_0(coordinator: Coordinator, procs: list[Proc], target: str) -> None:
+def test_sigterm_hands_the_leases_back_within_2_s_and_exits_0(
+    coordinator: Coordinator, procs: list[Proc], target: str
+) -> None:
     c = coordinator
     worker = Worker(c.url, c.token("worker", "farm"), core_list()[0], faults=True)
     procs.append(worker)
     worker.ready()
-    job_id, ids = c.start_job(TASK, target, [faulty_trace(TASK, "hang"), *sample_traces(TASK, 1, seed=2)])
+    job_id, ids = c.start_job(
+        TASK, target, [faulty_trace(TASK, "hang"), *sample_traces(TASK, 1, seed=2)]
+    )
     try:
         c.wait_leased(ids, worker.id)
         deadline = time.monotonic() + 20  # the hanging candidate reaches its measurement process
@@ -212,13 +292,25 @@ def test_refused_tokens_are_one_line_and_exit_2(coordinator: Coordinator) -> Non
     for token, says in (("lt_no-such-token", "401"), (c.token("client"), "role worker")):
         done = subprocess.run(
             command(["loomtune", "worker", "--coordinator", c.url, "--token", token]),
-            cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=base_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 2
-        assert done.stderr.count("\n") == 1 and done.stderr.startswith("loomtune: error: the coordinator refused the token")
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith(
+            "loomtune: error: the coordinator refused the token"
+        )
         assert says in done.stderr
-    done = subprocess.run(command(["loomtune", "worker", "--coordinator", c.url]), cwd=ROOT, env=base_env(LOOMTUNE_TOKEN=""),
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        command(["loomtune", "worker", "--coordinator", c.url]),
+        cwd=ROOT,
+        env=base_env(LOOMTUNE_TOKEN=""),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "no token" in done.stderr
 
 
@@ -259,16 +351,35 @@ def test_workers_and_clients_over_tls(procs: list[Proc], target: str, tmp_path) 
         pytest.skip("no openssl to make a certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     c = Coordinator(f"sqlite:///{tmp_path / 'tls.db'}", tls=(cert, key), **SETTINGS)
     try:
         c.start()
         assert c.url.startswith("https://")
         token = c.token("worker", "farm")
-        untrusting = Worker(c.url, token, core_list()[0])  # the system's CAs: the certificate is refused
+        untrusting = Worker(
+            c.url, token, core_list()[0]
+        )  # the system's CAs: the certificate is refused
         procs.append(untrusting)
         untrusting.wait_for(r"unreachable \(.*CERTIFICATE_VERIFY_FAILED")
         worker = Worker(c.url, token, core_list()[-1], SSL_CERT_FILE=str(cert))
@@ -276,13 +387,30 @@ def test_workers_and_clients_over_tls(procs: list[Proc], target: str, tmp_path) 
         worker.ready()
         job_id, ids = c.start_job(TASK, target, sample_traces(TASK, 2, seed=5))
         deadline = time.monotonic() + 60
-        while c.count("SELECT count(*) FROM candidates WHERE job_id = :j AND status = 'done'", j=job_id) < len(ids):
+        while c.count(
+            "SELECT count(*) FROM candidates WHERE job_id = :j AND status = 'done'", j=job_id
+        ) < len(ids):
             assert time.monotonic() < deadline, "not measured over TLS"
             time.sleep(0.1)
         listed = subprocess.run(
-            command(["loomtune", "jobs", "list", "--json", "--coordinator", c.url, "--token", c.token("admin")]),
-            cwd=ROOT, env=base_env(SSL_CERT_FILE=str(cert)), capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            command(
+                [
+                    "loomtune",
+                    "jobs",
+                    "list",
+                    "--json",
+                    "--coordinator",
+                    c.url,
+                    "--token",
+                    c.token("admin"),
+                ]
+            ),
+            cwd=ROOT,
+            env=base_env(SSL_CERT_FILE=str(cert)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert listed.returncode == 0, listed.stderr
         assert [j["trials_done"] for j in json.loads(listed.stdout)["jobs"]] == [2]
         c.finish(job_id)

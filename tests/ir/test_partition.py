@@ -40,7 +40,11 @@ def test_a_covering_tile_keeps_only_live_iterations_and_no_guard() -> None:
     task, program = _tiled(100, [2, 4, 16])
     lowered = lower(program)
     assert not any(isinstance(n, IfThenElse) for n in walk(lowered.body)), "a guard survived"
-    vector = sorted(int(n.extent.value) for n in walk(lowered.body) if isinstance(n, For) and n.kind == "vectorized")
+    vector = sorted(
+        int(n.extent.value)
+        for n in walk(lowered.body)
+        if isinstance(n, For) and n.kind == "vectorized"
+    )
     # init and update each: the first strip's tiles, the last strip's two and its 4-column tail
     assert vector == [4, 4, 16, 16, 16, 16]
     # every store runs once per element and reduction step, none on dead columns
@@ -74,6 +78,10 @@ def test_a_parallel_loop_keeps_its_tail_on_its_threads() -> None:
     assert len(parallel) == 1 and int(parallel[0].extent.value) == 7  # type: ignore[attr-defined]
     (test,) = [n for n in walk(lowered.body) if isinstance(n, IfThenElse)]
     assert test is parallel[0].body
-    vector = sorted(int(n.extent.value) for n in walk(lowered.body) if isinstance(n, For) and n.kind == "vectorized")
+    vector = sorted(
+        int(n.extent.value)
+        for n in walk(lowered.body)
+        if isinstance(n, For) and n.kind == "vectorized"
+    )
     assert vector == [4, 4, 16, 16]  # init and update: the main strips' 16 columns, the tail's 4
     assert_correct(task, sch.program)  # type: ignore[arg-type]

@@ -54,7 +54,14 @@ def test_float_arithmetic_is_not_reassociated() -> None:
 def test_strides_in_agrees_with_linear_in_for_every_variable() -> None:
     from ir.lower.simplify import linear_in, strides_in
 
-    cases = [i * 8 + j, (i * 8 + j) // 4 + k * 3, i - i + k, Const(5, "int64"), i * j + k * 2, (k + i) % 7 - j]
+    cases = [
+        i * 8 + j,
+        (i * 8 + j) // 4 + k * 3,
+        i - i + k,
+        Const(5, "int64"),
+        i * j + k * 2,
+        (k + i) % 7 - j,
+    ]
     for e in cases:
         assert strides_in(e, [i, j, k]) == [linear_in(e, v)[0] for v in (i, j, k)], render(e)
     assert strides_in(i * 8 + j, [i, j, k]) == [8, 1, 0]

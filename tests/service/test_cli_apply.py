@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def loomtune(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args], cwd=ROOT, capture_output=True, text=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +30,9 @@ def trace_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     c = sch.get_block("C")
     i, j, k = sch.get_loops(c)
     i0, i1 = sch.split(i, sch.sample_perfect_tile(i, n=2, max_innermost_factor=8, decision=[6, 8]))
-    j0, j1 = sch.split(j, sch.sample_perfect_tile(j, n=2, max_innermost_factor=16, decision=[2, 16]))
+    j0, j1 = sch.split(
+        j, sch.sample_perfect_tile(j, n=2, max_innermost_factor=16, decision=[2, 16])
+    )
     sch.reorder(i0, j0, k, i1, j1)
     sch.vectorize(j1)
     sch.parallel(i0)
@@ -58,7 +62,9 @@ def test_apply_json(trace_path: Path) -> None:
 
 def test_apply_other_parameters_needs_repair(trace_path: Path) -> None:
     assert_user_error(loomtune("apply", str(trace_path), "m=50"), "no longer fits", "--repair")
-    proc = loomtune("apply", str(trace_path), "m=50", "n=40", "--repair", "--threads", "1", "--json")
+    proc = loomtune(
+        "apply", str(trace_path), "m=50", "n=40", "--repair", "--threads", "1", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["correct"] is True and out["params"]["m"] == 50 and out["threads"] == 1
@@ -83,7 +89,21 @@ def test_apply_bad_files(tmp_path: Path, trace_path: Path) -> None:
 
 def test_export_a_trace(tmp_path: Path, trace_path: Path) -> None:
     out = tmp_path / "mm.ll"
-    proc = loomtune("export", "matmul", "m=48", "n=32", "k=16", "--trace", str(trace_path), "--threads", "2", "--format", "ll", "-o", str(out))
+    proc = loomtune(
+        "export",
+        "matmul",
+        "m=48",
+        "n=32",
+        "k=16",
+        "--trace",
+        str(trace_path),
+        "--threads",
+        "2",
+        "--format",
+        "ll",
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "exporting the schedule of trace" in proc.stderr
     text = out.read_text()

@@ -31,7 +31,11 @@ HOST2 = Target.host(2).canonical()
 def loomtune(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LOOMTUNE_DATABASE_URL": url}
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args], cwd=ROOT, capture_output=True, text=True, env=env
+        [sys.executable, "-m", "service.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
     )
 
 
@@ -49,12 +53,17 @@ def tiled(i_inner: int) -> TracedSchedule:
     task = library_task("matmul", PARAMS)
     sch = TracedSchedule(task.program, rng=random.Random(0))
     i, j, k = sch.get_loops(sch.get_block("C"))
-    i0, i1 = sch.split(i, sch.sample_perfect_tile(i, n=2, max_innermost_factor=48, decision=[48 // i_inner, i_inner]))
+    i0, i1 = sch.split(
+        i,
+        sch.sample_perfect_tile(i, n=2, max_innermost_factor=48, decision=[48 // i_inner, i_inner]),
+    )
     sch.reorder(i0, j, k, i1)
     return sch
 
 
-def make_record(i_inner: int, median: float | None, *, status: str = "ok", target: str = HOST1) -> TuningRecord:
+def make_record(
+    i_inner: int, median: float | None, *, status: str = "ok", target: str = HOST1
+) -> TuningRecord:
     task = library_task("matmul", PARAMS)
     trace = tiled(i_inner).trace
     return TuningRecord.create(
@@ -107,7 +116,16 @@ def test_best_on_another_thread_count_is_another_target(url: str) -> None:
     proc = loomtune(url, "best", "matmul", "m=48", "n=32", "k=16", "--threads", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["latency_ms"] == 9.0
-    other = loomtune(url, "best", "matmul", "m=48", "n=32", "k=16", "--target", "llvm -mcpu=generic -num-threads=1")
+    other = loomtune(
+        url,
+        "best",
+        "matmul",
+        "m=48",
+        "n=32",
+        "k=16",
+        "--target",
+        "llvm -mcpu=generic -num-threads=1",
+    )
     assert_one_line_error(other, "no correct record", "-mcpu=generic")
 
 
@@ -129,7 +147,15 @@ def test_export_then_import_into_an_empty_database(url: str, tmp_path: Path) -> 
     lines = exported.stdout.splitlines()
     assert len(lines) == 4
     first = json.loads(lines[0])
-    assert {"record_id", "workload", "target", "trace", "run_times_ms", "loomtune_version", "llvm_version"} <= set(first)
+    assert {
+        "record_id",
+        "workload",
+        "target",
+        "trace",
+        "run_times_ms",
+        "loomtune_version",
+        "llvm_version",
+    } <= set(first)
     assert first["workload"]["definition"] == library_task("matmul", PARAMS).to_definition()
 
     dump = tmp_path / "records.jsonl"
@@ -138,9 +164,12 @@ def test_export_then_import_into_an_empty_database(url: str, tmp_path: Path) -> 
     assert loomtune(fresh, "db", "import", str(dump)).returncode == 0
     best = loomtune(fresh, "best", "matmul", "m=48", "n=32", "k=16", "--json")
     assert best.returncode == 0, best.stderr
-    assert json.loads(best.stdout)["record_id"] == json.loads(
-        loomtune(url, "best", "matmul", "m=48", "n=32", "k=16", "--json").stdout
-    )["record_id"]
+    assert (
+        json.loads(best.stdout)["record_id"]
+        == json.loads(loomtune(url, "best", "matmul", "m=48", "n=32", "k=16", "--json").stdout)[
+            "record_id"
+        ]
+    )
 
     again = loomtune(fresh, "db", "import", str(dump))
     assert again.returncode == 0 and "imported 0 new" in again.stderr
@@ -156,7 +185,13 @@ def test_merging_two_overlapping_exports_is_their_exact_union(url: str, tmp_path
     b_url = f"sqlite:///{tmp_path / 'b.db'}"
     assert loomtune(b_url, "db", "import", str(shared)).returncode == 0
     b = open_database(b_url)
-    b.commit_records([make_record(3, 1.5), make_record(6, None, status="crashed"), make_record(12, 4.0, target=HOST2)])
+    b.commit_records(
+        [
+            make_record(3, 1.5),
+            make_record(6, None, status="crashed"),
+            make_record(12, 4.0, target=HOST2),
+        ]
+    )
     b.engine.dispose()
     b_lines = loomtune(b_url, "db", "export").stdout.splitlines()
     union = set(a_lines) | set(b_lines)
@@ -184,7 +219,9 @@ def test_merging_two_overlapping_exports_is_their_exact_union(url: str, tmp_path
 
 def test_export_filters_and_output_file(url: str, tmp_path: Path) -> None:
     out = tmp_path / "host2.jsonl"
-    proc = loomtune(url, "db", "export", "--op", "matmul", "--target", "host -num-threads=2", "-o", str(out))
+    proc = loomtune(
+        url, "db", "export", "--op", "matmul", "--target", "host -num-threads=2", "-o", str(out)
+    )
     assert proc.returncode == 0 and proc.stdout == ""
     [line] = out.read_text().splitlines()
     assert json.loads(line)["target"] == HOST2
@@ -201,8 +238,12 @@ def test_a_corrupt_line_imports_nothing(url: str, tmp_path: Path) -> None:
     not_json.write_text(lines[0] + "\n{oops\n")
 
     fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
-    assert_one_line_error(loomtune(fresh, "db", "import", str(bad_hash)), "bad_hash.jsonl:3", "trace_hash")
-    assert_one_line_error(loomtune(fresh, "db", "import", str(not_json)), "not_json.jsonl:2", "JSON")
+    assert_one_line_error(
+        loomtune(fresh, "db", "import", str(bad_hash)), "bad_hash.jsonl:3", "trace_hash"
+    )
+    assert_one_line_error(
+        loomtune(fresh, "db", "import", str(not_json)), "not_json.jsonl:2", "JSON"
+    )
     assert loomtune(fresh, "db", "export").stdout == ""  # nothing written
 
 
@@ -220,10 +261,14 @@ def test_unreachable_database_is_one_line(tmp_path: Path) -> None:
 
 def test_export_prefers_the_stored_best(url: str, tmp_path: Path) -> None:
     out = tmp_path / "best.ll"
-    proc = loomtune(url, "export", "matmul", "m=48", "n=32", "k=16", "--format", "ll", "-o", str(out))
+    proc = loomtune(
+        url, "export", "matmul", "m=48", "n=32", "k=16", "--format", "ll", "-o", str(out)
+    )
     assert proc.returncode == 0, proc.stderr
     assert "exporting the stored best record" in proc.stderr
     # The best record's schedule (i split by 8) is what was compiled, not the default nest.
     default = tmp_path / "default.ll"
-    other = loomtune(url, "export", "matmul", "m=40", "n=32", "k=16", "--format", "ll", "-o", str(default))
+    other = loomtune(
+        url, "export", "matmul", "m=40", "n=32", "k=16", "--format", "ll", "-o", str(default)
+    )
     assert other.returncode == 0 and "exporting the default loop nest" in other.stderr

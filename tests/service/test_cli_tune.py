@@ -22,7 +22,11 @@ TANH_MATMUL = ROOT / "examples" / "tanh_matmul.workload.json"
 def loomtune(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LOOMTUNE_DATABASE_URL": f"sqlite:///{db}"}
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args], cwd=ROOT, capture_output=True, text=True, env=env
+        [sys.executable, "-m", "service.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
     )
 
 
@@ -49,19 +53,41 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
     tmp = tmp_path_factory.mktemp("tune")
     db = tmp / "loomtune.db"
     plot = tmp / "curve.png"
-    proc = loomtune(db, "tune", "matmul", "m=256", "n=256", "k=256", "--trials", "32", "--json", "--plot", str(plot))
+    proc = loomtune(
+        db,
+        "tune",
+        "matmul",
+        "m=256",
+        "n=256",
+        "k=256",
+        "--trials",
+        "32",
+        "--json",
+        "--plot",
+        str(plot),
+    )
     assert proc.returncode == 0, proc.stderr
     return db, json.loads(proc.stdout), plot
 
 
 def test_tune_json_has_a_correct_best_and_every_trial(tuned: tuple[Path, dict, Path]) -> None:
     db, out, _ = tuned
-    assert out["correct"] is True and out["op"] == "matmul" and out["params"] == {"m": 256, "n": 256, "k": 256}
+    assert (
+        out["correct"] is True
+        and out["op"] == "matmul"
+        and out["params"] == {"m": 256, "n": 256, "k": 256}
+    )
     assert out["trials"] == 32 and out["trials_done"] == 32 and len(out["history"]) == 32
     assert out["latency_ms"] > 0 and out["numpy_ms"] > 0 and out["gflops"] > 0
     assert out["speedup_vs_numpy"] == pytest.approx(out["numpy_ms"] / out["latency_ms"])
     assert out["tuning_seconds"] > 0 and out["strategy"] == "evolutionary"
-    assert set(out["failures"]) == {"compile_error", "runtime_error", "timeout", "wrong_result", "crashed"}
+    assert set(out["failures"]) == {
+        "compile_error",
+        "runtime_error",
+        "timeout",
+        "wrong_result",
+        "crashed",
+    }
     history = [h for h in out["history"] if h is not None]
     assert history and all(b <= a for a, b in itertools.pairwise(history))
     # the four best records were re-timed together; the fastest of them is the result
@@ -76,7 +102,9 @@ def test_tune_json_has_a_correct_best_and_every_trial(tuned: tuple[Path, dict, P
     assert stored_best(db) == (finalists[0]["record_id"], finalists[0]["retimed_ms"])
 
 
-def test_the_best_trace_is_an_apply_able_trace_file(tuned: tuple[Path, dict, Path], tmp_path: Path) -> None:
+def test_the_best_trace_is_an_apply_able_trace_file(
+    tuned: tuple[Path, dict, Path], tmp_path: Path
+) -> None:
     db, out, _ = tuned
     path = tmp_path / "best.trace.json"
     path.write_text(json.dumps(out["best_trace"]))
@@ -100,17 +128,25 @@ def test_tuning_again_continues_and_measures_no_trace_twice(tuned: tuple[Path, d
     hashes = record_hashes(db)
     assert len(hashes) == 48 and len(set(hashes)) == 48
     # the best stored overall can only get better
-    assert min(f["tuning_ms"] for f in out["finalists"]) <= min(f["tuning_ms"] for f in first["finalists"])
+    assert min(f["tuning_ms"] for f in out["finalists"]) <= min(
+        f["tuning_ms"] for f in first["finalists"]
+    )
     # the earlier choice defended its place among the finalists; the new choice is the best
     assert first["finalists"][0]["record_id"] in {f["record_id"] for f in out["finalists"]}
     assert stored_best(db) == (out["finalists"][0]["record_id"], out["finalists"][0]["retimed_ms"])
 
 
 def test_a_custom_workload_tunes_from_its_json_file(tmp_path: Path) -> None:
-    proc = loomtune(tmp_path / "db.sqlite", "tune", "--workload", str(TANH_MATMUL), "--trials", "6", "--json")
+    proc = loomtune(
+        tmp_path / "db.sqlite", "tune", "--workload", str(TANH_MATMUL), "--trials", "6", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["correct"] is True and out["trials_done"] == 6 and out["best_trace"]["workload"]["definition"]
+    assert (
+        out["correct"] is True
+        and out["trials_done"] == 6
+        and out["best_trace"]["workload"]["definition"]
+    )
 
 
 def test_a_custom_workload_tunes_through_the_python_api(tmp_path: Path) -> None:
@@ -140,7 +176,9 @@ def test_a_custom_workload_tunes_through_the_python_api(tmp_path: Path) -> None:
         ([], ["operator"]),
     ],
 )
-def test_bad_tune_requests_are_one_line_errors(tmp_path: Path, args: list[str], words: list[str]) -> None:
+def test_bad_tune_requests_are_one_line_errors(
+    tmp_path: Path, args: list[str], words: list[str]
+) -> None:
     db = tmp_path / "db.sqlite"
     proc = loomtune(db, "tune", *args)
     assert proc.returncode == 2, proc.stderr
@@ -154,9 +192,25 @@ def test_ctrl_c_keeps_what_was_measured_and_prints_the_best_so_far(tmp_path: Pat
     db = tmp_path / "db.sqlite"
     env = {**os.environ, "LOOMTUNE_DATABASE_URL": f"sqlite:///{db}"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "tune", "matmul", "m=64", "n=64", "k=64", "--trials", "5000", "--json"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "tune",
+            "matmul",
+            "m=64",
+            "n=64",
+            "k=64",
+            "--trials",
+            "5000",
+            "--json",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if db.exists():
@@ -178,16 +232,36 @@ def test_ctrl_c_keeps_what_was_measured_and_prints_the_best_so_far(tmp_path: Pat
 
 def test_tasks_share_one_budget_and_report_the_weighted_latency(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.json"
-    tasks.write_text(json.dumps({"tasks": [
-        {"op": "matmul", "params": {"m": 48, "n": 32, "k": 16}, "weight": 1},
-        {"op": "gelu", "params": {"m": 64, "n": 96}, "weight": 3},
-    ]}))  # fmt: skip
+    tasks.write_text(
+        json.dumps(
+            {
+                "tasks": [
+                    {"op": "matmul", "params": {"m": 48, "n": 32, "k": 16}, "weight": 1},
+                    {"op": "gelu", "params": {"m": 64, "n": 96}, "weight": 3},
+                ]
+            }
+        )
+    )
     plot = tmp_path / "tasks.png"
-    proc = loomtune(tmp_path / "db.sqlite", "tune", "--tasks", str(tasks), "--trials", "12", "--json", "--plot", str(plot))
+    proc = loomtune(
+        tmp_path / "db.sqlite",
+        "tune",
+        "--tasks",
+        str(tasks),
+        "--trials",
+        "12",
+        "--json",
+        "--plot",
+        str(plot),
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert [t["op"] for t in out["tasks"]] == ["matmul", "gelu"] and [t["weight"] for t in out["tasks"]] == [1, 3]
-    assert sum(t["trials_done"] for t in out["tasks"]) == 12 and all(t["trials_done"] > 0 for t in out["tasks"])
+    assert [t["op"] for t in out["tasks"]] == ["matmul", "gelu"] and [
+        t["weight"] for t in out["tasks"]
+    ] == [1, 3]
+    assert sum(t["trials_done"] for t in out["tasks"]) == 12 and all(
+        t["trials_done"] > 0 for t in out["tasks"]
+    )
     assert all(t["correct"] for t in out["tasks"])
     expected = sum(t["weight"] * t["latency_ms"] for t in out["tasks"])
     assert out["weighted_latency_ms"] == pytest.approx(expected)

@@ -120,7 +120,10 @@ def test_unreachable_postgresql_fails_in_ci_and_is_skipped_elsewhere() -> None:
     from pathlib import Path
 
     node = f"{Path(__file__).resolve()}::test_empty_postgresql_database_gets_the_schema"
-    env = {**os.environ, "LOOMTUNE_TEST_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none"}
+    env = {
+        **os.environ,
+        "LOOMTUNE_TEST_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none",
+    }
     for ci in ("true", ""):
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
@@ -133,7 +136,9 @@ def test_unreachable_postgresql_fails_in_ci_and_is_skipped_elsewhere() -> None:
         summary = proc.stdout.strip().splitlines()[-1]
         assert "PostgreSQL unreachable" in proc.stdout, proc.stdout[-2000:]
         if ci:  # the fixture fails: pytest reports an error, the run fails
-            assert proc.returncode == 1 and "1 error" in summary and "skipped" not in summary, summary
+            assert proc.returncode == 1 and "1 error" in summary and "skipped" not in summary, (
+                summary
+            )
         else:
             assert proc.returncode == 0 and "1 skipped" in summary, summary
 
@@ -176,7 +181,9 @@ def sqlite_engine(tmp_path) -> Iterator[Engine]:
 def db(request: pytest.FixtureRequest) -> Database:
     if request.param == "memory":
         return InMemoryDatabase()
-    engine = request.getfixturevalue(f"{'pg' if request.param == 'postgresql' else 'sqlite'}_engine")
+    engine = request.getfixturevalue(
+        f"{'pg' if request.param == 'postgresql' else 'sqlite'}_engine"
+    )
     ensure_schema(engine)
     return SQLDatabase(engine)
 
@@ -284,7 +291,10 @@ def test_other_parameters_of_the_same_op_on_the_same_target(db: Database) -> Non
         ]
     )
     others = db.best_of_op("matmul", ZEN1, exclude_workload_key=MATMUL[0])
-    assert [(r.workload_key, r.median_ms) for r in others] == [(MATMUL_ODD[0], 1.5), (MATMUL_BIG[0], 6.0)]
+    assert [(r.workload_key, r.median_ms) for r in others] == [
+        (MATMUL_ODD[0], 1.5),
+        (MATMUL_BIG[0], 6.0),
+    ]
     assert all(r.op == "matmul" and r.target == ZEN1 for r in others)
     assert len(db.best_of_op("matmul", ZEN1)) == 3
     assert [r.workload_key for r in db.best_of_op("matmul", ZEN4)] == [MATMUL_ODD[0]]
@@ -292,20 +302,32 @@ def test_other_parameters_of_the_same_op_on_the_same_target(db: Database) -> Non
 
 
 def test_the_finalists_choice_is_the_best(db: Database) -> None:
-    fast, slow, failed = record(MATMUL, 1, 1.0), record(MATMUL, 2, 1.1), record(MATMUL, 3, None, status="crashed")
+    fast, slow, failed = (
+        record(MATMUL, 1, 1.0),
+        record(MATMUL, 2, 1.1),
+        record(MATMUL, 3, None, status="crashed"),
+    )
     big_fast, big_slow = record(MATMUL_BIG, 4, 5.0), record(MATMUL_BIG, 5, 6.0)
     db.commit_records([fast, slow, failed, big_fast, big_slow, record(MATMUL, 6, 0.9, target=ZEN4)])
-    assert db.final(MATMUL[0], ZEN1) is None and db.best(MATMUL[0], ZEN1).record_id == fast.record_id
+    assert (
+        db.final(MATMUL[0], ZEN1) is None and db.best(MATMUL[0], ZEN1).record_id == fast.record_id
+    )
 
     # re-timed together, the record with the higher tuning median won
     choice = db.commit_final(MATMUL[0], ZEN1, slow.record_id, 1.05)
     assert db.best(MATMUL[0], ZEN1).record_id == slow.record_id
     assert db.final(MATMUL[0], ZEN1) == choice and choice.retimed_ms == 1.05
     assert choice.decided_at.tzinfo is not None
-    assert [r.median_ms for r in db.top_k(MATMUL[0], ZEN1, 2)] == [1.0, 1.1]  # the search still ranks by median
+    assert [r.median_ms for r in db.top_k(MATMUL[0], ZEN1, 2)] == [
+        1.0,
+        1.1,
+    ]  # the search still ranks by median
     assert db.best(MATMUL[0], ZEN4).median_ms == 0.9  # targets never mix
     db.commit_final(MATMUL_BIG[0], ZEN1, big_slow.record_id, 5.5)
-    assert [r.record_id for r in db.best_of_op("matmul", ZEN1)] == [slow.record_id, big_slow.record_id]
+    assert [r.record_id for r in db.best_of_op("matmul", ZEN1)] == [
+        slow.record_id,
+        big_slow.record_id,
+    ]
 
     # a later choice replaces it
     db.commit_final(MATMUL[0], ZEN1, fast.record_id, 1.02)
@@ -392,7 +414,9 @@ def test_export_line_round_trip() -> None:
 def test_commit_records_is_all_or_nothing(sql_engine: Engine) -> None:
     ensure_schema(sql_engine)
     db = SQLDatabase(sql_engine)
-    bad = record(MATMUL, 2, 1.0, target="llvm -mcpu=znver3 -num-threads=1 -mattr=+fma")  # not canonical
+    bad = record(
+        MATMUL, 2, 1.0, target="llvm -mcpu=znver3 -num-threads=1 -mattr=+fma"
+    )  # not canonical
     with pytest.raises(DatabaseError, match="canonical"):
         db.commit_records([record(MATMUL, 1, 1.0), bad])
     assert db.training_records(ZEN1) == []
@@ -406,7 +430,9 @@ def test_models_and_migrations_agree(sql_engine: Engine) -> None:
 
     ensure_schema(sql_engine)
     with sql_engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "compare_server_default": True}
+        )
         diff = compare_metadata(context, Base.metadata)
     assert diff == []
 
@@ -459,8 +485,19 @@ def test_empty_sqlite_file_is_created_and_upgraded_on_first_use(tmp_path) -> Non
     assert path.exists()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"workloads", "targets", "jobs", "candidates", "records", "cost_models", "workers", "api_tokens"} <= tables
+        tables = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+    assert {
+        "workloads",
+        "targets",
+        "jobs",
+        "candidates",
+        "records",
+        "cost_models",
+        "workers",
+        "api_tokens",
+    } <= tables
 
 
 def test_embedded_sqlite_at_an_unknown_revision_is_refused(sqlite_engine: Engine) -> None:
@@ -544,16 +581,26 @@ def test_concurrent_leases_hand_out_each_candidate_once(pg_schema: str, pg_engin
     SQLDatabase(pg_engine).commit_workload(*MATMUL)
     now = datetime.now(UTC)
     with SQLDatabase(pg_engine).sessions.begin() as session:
-        target = m.Target(canonical=ZEN1, cpu="znver3", features=["+avx", "+avx2", "+fma"], threads=1)
+        target = m.Target(
+            canonical=ZEN1, cpu="znver3", features=["+avx", "+avx2", "+fma"], threads=1
+        )
         session.add(target)
         session.flush()
         target_id = target.id
         session.add(
             m.Job(
-                id=1, owner="alice", workload_key=MATMUL[0], target_id=target.id, budget=1000,
-                strategy="replay", seed=0, status="running", created_at=now, updated_at=now,
+                id=1,
+                owner="alice",
+                workload_key=MATMUL[0],
+                target_id=target.id,
+                budget=1000,
+                strategy="replay",
+                seed=0,
+                status="running",
+                created_at=now,
+                updated_at=now,
             )
-        )  # fmt: skip
+        )
         session.add_all(
             m.Worker(id=w, target_id=target.id, name=f"w{w}", registered_at=now, last_heartbeat=now)
             for w in range(1, WRITERS + 1)
@@ -566,12 +613,19 @@ def test_concurrent_leases_hand_out_each_candidate_once(pg_schema: str, pg_engin
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager, context.Pool(WRITERS) as pool:
         start = manager.Barrier(WRITERS)
-        leased = pool.starmap(_lease_all, [(pg_schema, target_id, w, start) for w in range(1, WRITERS + 1)])
+        leased = pool.starmap(
+            _lease_all, [(pg_schema, target_id, w, start) for w in range(1, WRITERS + 1)]
+        )
     everything = [i for ids in leased for i in ids]
     assert len(everything) == 1000 and len(set(everything)) == 1000
     assert all(ids for ids in leased), "every worker got some"
     with pg_engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM candidates WHERE status = 'leased' AND attempts = 1")).scalar() == 1000
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM candidates WHERE status = 'leased' AND attempts = 1")
+            ).scalar()
+            == 1000
+        )
 
 
 def test_the_tuner_does_not_import_sqlalchemy() -> None:

@@ -69,10 +69,21 @@ def test_db_upgrade_runs_from_an_installed_wheel(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     shipped = {"migrations/__init__.py", "migrations/env.py", "migrations/script.py.mako"}
-    shipped |= {f"migrations/versions/{p.name}" for p in (ROOT / "migrations" / "versions").glob("*.py")}
+    shipped |= {
+        f"migrations/versions/{p.name}" for p in (ROOT / "migrations" / "versions").glob("*.py")
+    }
     assert shipped <= names, f"the wheel lacks {sorted(shipped - names)}"
 
-    pip("install", "--no-deps", "--no-index", "--quiet", "--target", str(site), str(wheel), cwd=tmp_path)
+    pip(
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--quiet",
+        "--target",
+        str(site),
+        str(wheel),
+        cwd=tmp_path,
+    )
     elsewhere.mkdir()
     database = tmp_path / "fresh" / "loomtune.db"
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
@@ -93,11 +104,25 @@ def test_db_upgrade_runs_from_an_installed_wheel(tmp_path: Path) -> None:
     assert Path(used["script_location"]).is_relative_to(site.resolve())
     assert "migrations" in used["files"] and "service.cli" in used["files"]
     for name, file in used["files"].items():
-        assert file is not None and Path(file).resolve().is_relative_to(site.resolve()), (name, file)
+        assert file is not None and Path(file).resolve().is_relative_to(site.resolve()), (
+            name,
+            file,
+        )
 
     with sqlite3.connect(database) as conn:
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
         versions = [row[0] for row in conn.execute("SELECT version_num FROM alembic_version")]
-    expected = {"workloads", "targets", "jobs", "candidates", "records", "cost_models", "workers", "api_tokens"}
+    expected = {
+        "workloads",
+        "targets",
+        "jobs",
+        "candidates",
+        "records",
+        "cost_models",
+        "workers",
+        "api_tokens",
+    }
     assert expected | {"alembic_version"} <= tables
     assert versions == [head]

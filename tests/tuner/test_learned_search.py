@@ -43,7 +43,9 @@ def test_features_have_a_fixed_documented_length_and_see_the_schedule() -> None:
     assert naive.shape == tuned.shape == (FEATURES,) and len(FEATURE_NAMES) == FEATURES
     assert 2 * len(STORE_FEATURE_NAMES) + 2 == FEATURES
     assert np.isfinite(tuned).all() and not np.array_equal(naive, tuned)
-    assert _feature("max_log_vector_lanes", naive) == 1 and _feature("max_log_vector_lanes", tuned) == pytest.approx(np.log2(17))
+    assert _feature("max_log_vector_lanes", naive) == 1 and _feature(
+        "max_log_vector_lanes", tuned
+    ) == pytest.approx(np.log2(17))
     assert _feature("max_log_parallel", tuned) == pytest.approx(np.log2(65))
     # the same program always gives the same vector
     assert np.array_equal(tuned, program_features(sch.program))
@@ -108,7 +110,14 @@ def test_corrupt_model_bytes_are_refused() -> None:
 def _tune(strategy: str, task, seed: int, trials: int = 64, db=None):
     db = db or InMemoryDatabase()
     ctx = SearchContext(task, TARGET, SimpleSpace(task.program), db)
-    run = tune_loop(task, TARGET, strategy=make_strategy(strategy, ctx, seed), runner=SimulatedRunner(), database=db, trials=trials)
+    run = tune_loop(
+        task,
+        TARGET,
+        strategy=make_strategy(strategy, ctx, seed),
+        runner=SimulatedRunner(),
+        database=db,
+        trials=trials,
+    )
     return run, db
 
 
@@ -136,7 +145,9 @@ def test_no_trace_is_proposed_twice_and_the_model_is_saved() -> None:
     ctx = SearchContext(task, TARGET, SimpleSpace(task.program), db)
     again = EvolutionaryStrategy(ctx, 4)
     assert again.model.trained and again.model.samples == 48
-    assert min(lat for _, lat in again.measured.values()) == pytest.approx(db.best(task.key, TARGET).median_ms)
+    assert min(lat for _, lat in again.measured.values()) == pytest.approx(
+        db.best(task.key, TARGET).median_ms
+    )
     proposed = again.propose(16)
     assert proposed and not any(db.has_measured(task.key, TARGET, t.hash) for t in proposed)
 
@@ -161,7 +172,11 @@ print(json.dumps(seen))
 
 def test_a_seeded_evolutionary_search_gives_identical_traces_in_a_fresh_process() -> None:
     runs = [
-        json.loads(subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, check=True).stdout)
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, check=True
+            ).stdout
+        )
         for _ in range(2)
     ]
     assert runs[0] == runs[1] and len(runs[0]) == 40
@@ -174,7 +189,14 @@ def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
     db = InMemoryDatabase()
     seen = library_task("matmul", {"m": 128, "n": 128, "k": 128})
     ctx = SearchContext(seen, TARGET, default_space(seen.program, Target.host(1)), db)
-    seen_run = tune_loop(seen, TARGET, strategy=make_strategy("evolutionary", ctx, 0), runner=SimulatedRunner(), database=db, trials=24)
+    seen_run = tune_loop(
+        seen,
+        TARGET,
+        strategy=make_strategy("evolutionary", ctx, 0),
+        runner=SimulatedRunner(),
+        database=db,
+        trials=24,
+    )
     new = library_task("matmul", {"m": 120, "n": 128, "k": 136})
     warm_ctx = SearchContext(new, TARGET, default_space(new.program, Target.host(1)), db)
     warm = EvolutionaryStrategy(warm_ctx, 0)
@@ -188,7 +210,14 @@ def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
     # the search may have proposed some of them already)
     second = warm.propose(8)
     assert {t.hash for t in warm.seeds[4:8]} <= {t.hash for t in first} | {t.hash for t in second}
-    warm_run = tune_loop(new, TARGET, strategy=make_strategy("evolutionary", warm_ctx, 0), runner=SimulatedRunner(), database=db, trials=4)
+    warm_run = tune_loop(
+        new,
+        TARGET,
+        strategy=make_strategy("evolutionary", warm_ctx, 0),
+        runner=SimulatedRunner(),
+        database=db,
+        trials=4,
+    )
     # the repaired best keeps its quality: within 10% of the other shape's best per FLOP
     # from the first batch on (a cold start's first batch is luck under the simulator;
     # the benchmark's reuse extra compares 32 warm trials with 128 cold ones on real
@@ -212,10 +241,19 @@ def test_shapes_nearest_first_and_the_nearest_ones_runner_ups() -> None:
     rng = random.Random(0)
 
     def store(task: Task, trace: Trace, median: float) -> None:
-        db.commit_record(TuningRecord.create(
-            workload_key=task.key, op="matmul", params=task.params, definition=task.to_definition(),
-            target=TARGET, trace=trace.to_json(), trace_hash=trace.hash, run_times_ms=[median], status="ok",
-        ))  # fmt: skip
+        db.commit_record(
+            TuningRecord.create(
+                workload_key=task.key,
+                op="matmul",
+                params=task.params,
+                definition=task.to_definition(),
+                target=TARGET,
+                trace=trace.to_json(),
+                trace_hash=trace.hash,
+                run_times_ms=[median],
+                status="ok",
+            )
+        )
 
     for size, times in {64: [0.01], 960: [5.0, 5.5]}.items():
         task = library_task("matmul", {"m": size, "n": size, "k": size})
@@ -233,11 +271,24 @@ def test_shapes_nearest_first_and_the_nearest_ones_runner_ups() -> None:
     for trace, t in zip([*common, other], [6.0, 6.1, 6.2, 6.3, 6.4]):
         store(big, trace, t)
     new = library_task("matmul", {"m": 1000, "n": 1000, "k": 1000})
-    warm = EvolutionaryStrategy(SearchContext(new, TARGET, default_space(new.program, Target.host(1)), db), 0)
+    warm = EvolutionaryStrategy(
+        SearchContext(new, TARGET, default_space(new.program, Target.host(1)), db), 0
+    )
     picked = [(r.params["m"], r.median_ms, variants) for r, variants in warm._other_shapes()]
-    assert picked == [(1024, 6.0, True), (960, 5.0, True), (64, 0.01, True), (1024, 6.4, False), (1024, 6.1, False), (1024, 6.2, False)]
+    assert picked == [
+        (1024, 6.0, True),
+        (960, 5.0, True),
+        (64, 0.01, True),
+        (1024, 6.4, False),
+        (1024, 6.1, False),
+        (1024, 6.2, False),
+    ]
     assert len(warm.seeds) >= 6
-    assert shape_distance({"m": 1000}, {"m": 1024}) < shape_distance({"m": 1000}, {"m": 960}) < shape_distance({"m": 1000}, {"m": 64})
+    assert (
+        shape_distance({"m": 1000}, {"m": 1024})
+        < shape_distance({"m": 1000}, {"m": 960})
+        < shape_distance({"m": 1000}, {"m": 64})
+    )
     assert shape_distance({"m": 1000}, {"n": 1000}) == float("inf")
 
 
@@ -254,11 +305,15 @@ def test_the_search_proposes_the_same_traces_in_one_process_or_several() -> None
     for processes in (1, 3):
         db = InMemoryDatabase()
         ctx = SearchContext(task, target.canonical(), default_space(task.program, target), db)
-        strategy = EvolutionaryStrategy(ctx, 5, EvolutionaryConfig(population=16, processes=processes))
+        strategy = EvolutionaryStrategy(
+            ctx, 5, EvolutionaryConfig(population=16, processes=processes)
+        )
         first = strategy.propose(8)
         strategy.observe(first, [SimulatedRunner().measure(task, t) for t in first])
         proposals.append([t.hash for t in first + strategy.propose(8)])
-    assert len(search_pool._HELPERS) == 3 and all(h.alive() for h in search_pool._HELPERS)  # they ran
+    assert len(search_pool._HELPERS) == 3 and all(
+        h.alive() for h in search_pool._HELPERS
+    )  # they ran
     assert proposals[0] == proposals[1] and len(set(proposals[0])) == 16
 
 
@@ -290,7 +345,10 @@ def test_early_batches_count_this_workloads_results_not_the_shared_models() -> N
         batch = strategy.propose(16)
         return len(batch), any(j.parent is not None for j in jobs)
 
-    assert proposes(library_task("matmul", {"m": 96, "n": 80, "k": 48})) == (8, False)  # early: fresh picks
+    assert proposes(library_task("matmul", {"m": 96, "n": 80, "k": 48})) == (
+        8,
+        False,
+    )  # early: fresh picks
     # another softmax shape starts from the first one's best: it evolves
     size, mutated = proposes(library_task("softmax", {"m": 64, "n": 128}))
     assert size == 16 and mutated
@@ -303,7 +361,9 @@ def test_a_fresh_search_samples_its_first_batch_and_evolves_once_it_has_results(
 
     task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
     ctx = SearchContext(task, TARGET, SimpleSpace(task.program), InMemoryDatabase())
-    strategy = EvolutionaryStrategy(ctx, 2, EvolutionaryConfig(early_samples=16))  # no early batches
+    strategy = EvolutionaryStrategy(
+        ctx, 2, EvolutionaryConfig(early_samples=16)
+    )  # no early batches
     jobs: list[list[Job]] = []
     make = strategy.pool.children
     strategy.pool.children = lambda batch: (jobs.append(list(batch)), make(batch))[1]  # type: ignore[method-assign]
@@ -325,19 +385,27 @@ def test_the_best_trace_has_its_structural_variants_measured_once() -> None:
     from tuner.space import default_space
 
     task = library_task("matmul", {"m": 128, "n": 128, "k": 128})
-    ctx = SearchContext(task, TARGET, default_space(task.program, Target.host(1)), InMemoryDatabase())
+    ctx = SearchContext(
+        task, TARGET, default_space(task.program, Target.host(1)), InMemoryDatabase()
+    )
     strategy = EvolutionaryStrategy(ctx, 0)
     first = strategy.propose(8)
     runner = SimulatedRunner()
     results = [runner.measure(task, t) for t in first]
     strategy.observe(first, results)
-    best = min((t for t, r in zip(first, results) if r.ok), key=lambda t: strategy.measured[t.hash][1])
+    best = min(
+        (t for t, r in zip(first, results) if r.ok), key=lambda t: strategy.measured[t.hash][1]
+    )
 
     def packed(t: object) -> bool:
         return any(i.kind == "pack_panels" for i in t.instructions)  # type: ignore[attr-defined]
 
     def tiles(t: object) -> list[object]:
-        return [d for i, d in sorted(t.decisions.items()) if t.instructions[i].kind == "sample_perfect_tile"]  # type: ignore[attr-defined]
+        return [
+            d
+            for i, d in sorted(t.decisions.items())
+            if t.instructions[i].kind == "sample_perfect_tile"
+        ]  # type: ignore[attr-defined]
 
     second = strategy.propose(8)
     flipped = [t for t in second if packed(t) is not packed(best) and tiles(t) == tiles(best)]

@@ -24,9 +24,14 @@ TARGET = "llvm -mcpu=test -num-threads=1"
 def _run(task, db, trials, seed=0, runner=None, **kw):
     ctx = SearchContext(task, TARGET, SimpleSpace(task.program), db)
     return tune_loop(
-        task, TARGET, strategy=make_strategy("replay", ctx, seed), runner=runner or SimulatedRunner(),
-        database=db, trials=trials, **kw,
-    )  # fmt: skip
+        task,
+        TARGET,
+        strategy=make_strategy("replay", ctx, seed),
+        runner=runner or SimulatedRunner(),
+        database=db,
+        trials=trials,
+        **kw,
+    )
 
 
 def test_budget_spent_every_trial_recorded_and_best_is_the_minimum() -> None:
@@ -43,7 +48,9 @@ def test_budget_spent_every_trial_recorded_and_best_is_the_minimum() -> None:
     assert all(b <= a for a, b in zip(run.history, run.history[1:]))
     # the simulated time of a record is the analytic cost of its trace
     r = records[5]
-    assert r.median_ms == pytest.approx(analytic_cost_ms(Trace.from_json(r.trace).apply(task.program).program))
+    assert r.median_ms == pytest.approx(
+        analytic_cost_ms(Trace.from_json(r.trace).apply(task.program).program)
+    )
 
 
 def test_a_second_run_measures_no_trace_twice() -> None:
@@ -112,7 +119,9 @@ def test_should_stop_ends_the_run_between_batches() -> None:
     task = library_task("matmul", {"m": 64, "n": 48, "k": 32})
     db = InMemoryDatabase()
     calls = []
-    run = _run(task, db, 100, batch_size=5, should_stop=lambda: len(calls) >= 3, on_trial=calls.append)
+    run = _run(
+        task, db, 100, batch_size=5, should_stop=lambda: len(calls) >= 3, on_trial=calls.append
+    )
     assert run.interrupted and run.trials_done == 5
 
 
@@ -143,7 +152,11 @@ print(json.dumps(seen))
 
 def test_a_seeded_run_gives_identical_traces_in_a_fresh_process() -> None:
     runs = [
-        json.loads(subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, check=True).stdout)
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, check=True
+            ).stdout
+        )
         for _ in range(2)
     ]
     assert runs[0] == runs[1] and len(runs[0]) == 16
@@ -152,8 +165,15 @@ def test_a_seeded_run_gives_identical_traces_in_a_fresh_process() -> None:
     db = InMemoryDatabase()
     ctx = SearchContext(task, "t", SimpleSpace(task.program), db)
     seen = []
-    tune_loop(task, "t", strategy=make_strategy("replay", ctx, 7), runner=SimulatedRunner(), database=db,
-              trials=16, on_trial=lambda t: seen.append([t.trace.hash, t.result.median_ms]))  # fmt: skip
+    tune_loop(
+        task,
+        "t",
+        strategy=make_strategy("replay", ctx, 7),
+        runner=SimulatedRunner(),
+        database=db,
+        trials=16,
+        on_trial=lambda t: seen.append([t.trace.hash, t.result.median_ms]),
+    )
     assert seen == runs[0]
 
 

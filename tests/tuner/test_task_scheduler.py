@@ -37,8 +37,13 @@ def _tasks(db: InMemoryDatabase, seed: int = 0) -> list[ScheduledTask]:
 def test_the_budget_is_spent_once_over_every_task(policy: str) -> None:
     db = InMemoryDatabase()
     tasks = _tasks(db)
-    scheduler = TaskScheduler(tasks, target="sim", runner=SimulatedRunner(), database=db,
-                              config=SchedulerConfig(policy=policy, batch_size=6))  # fmt: skip
+    scheduler = TaskScheduler(
+        tasks,
+        target="sim",
+        runner=SimulatedRunner(),
+        database=db,
+        config=SchedulerConfig(policy=policy, batch_size=6),
+    )
     done = scheduler.run(60)
     assert done == 60 == sum(t.run.trials_done for t in tasks)
     assert len(db.training_records("sim")) == 60
@@ -47,7 +52,9 @@ def test_the_budget_is_spent_once_over_every_task(policy: str) -> None:
         assert tasks[1].exhausted and tasks[1].run.trials_done == 8
     for t in tasks:
         assert len(t.run.history) == t.run.trials_done
-        assert t.best == min(r.median_ms for r in db.training_records("sim") if r.workload_key == t.task.key)
+        assert t.best == min(
+            r.median_ms for r in db.training_records("sim") if r.workload_key == t.task.key
+        )
     total = weighted_latency(tasks)
     assert total == pytest.approx(sum(t.weight * t.best for t in tasks))
     if policy == "round_robin":
@@ -58,8 +65,13 @@ def test_the_budget_is_spent_once_over_every_task(policy: str) -> None:
 def test_gradient_spends_where_weighted_latency_drops() -> None:
     db = InMemoryDatabase()
     tasks = _tasks(db)
-    scheduler = TaskScheduler(tasks, target="sim", runner=SimulatedRunner(), database=db,
-                              config=SchedulerConfig(policy="gradient", batch_size=4, epsilon=0.0))  # fmt: skip
+    scheduler = TaskScheduler(
+        tasks,
+        target="sim",
+        runner=SimulatedRunner(),
+        database=db,
+        config=SchedulerConfig(policy="gradient", batch_size=4, epsilon=0.0),
+    )
     scheduler.run(48)
     # the tiny matmul's weighted latency is negligible: after its warm-up batch it gets nothing
     assert tasks[1].run.trials_done == 4
@@ -76,15 +88,27 @@ def test_the_tasks_searches_share_one_cost_model_trained_on_every_task() -> None
     db = InMemoryDatabase()
     tasks = scheduled_tasks(
         [(library_task(op, params), weight) for op, params, weight in SPECS],
-        target="sim", database=db, space_of=lambda t: SimpleSpace(t.program), strategy="evolutionary", seed=0,
-    )  # fmt: skip
+        target="sim",
+        database=db,
+        space_of=lambda t: SimpleSpace(t.program),
+        strategy="evolutionary",
+        seed=0,
+    )
     model = tasks[0].strategy.model  # type: ignore[attr-defined]
     assert all(t.strategy.model is model for t in tasks)  # type: ignore[attr-defined]
     scored_by_trained_model: list[bool] = []
     predict = model.predict
-    model.predict = lambda features: (scored_by_trained_model.append(model.trained), predict(features))[1]
-    scheduler = TaskScheduler(tasks, target="sim", runner=SimulatedRunner(), database=db,
-                              config=SchedulerConfig(policy="round_robin", batch_size=8))  # fmt: skip
+    model.predict = lambda features: (
+        scored_by_trained_model.append(model.trained),
+        predict(features),
+    )[1]
+    scheduler = TaskScheduler(
+        tasks,
+        target="sim",
+        runner=SimulatedRunner(),
+        database=db,
+        config=SchedulerConfig(policy="round_robin", batch_size=8),
+    )
     scheduler.run(40)
     assert model.trained and model.samples == 40
     assert set(model.groups) == {t.task.key for t in tasks}
@@ -103,18 +127,33 @@ def test_a_shape_tuned_beside_another_of_its_operator_starts_from_the_others_bes
 
     target = Target.host(1)
     db = InMemoryDatabase()
-    first, second = (library_task("matmul", p) for p in ({"m": 128, "n": 128, "k": 128}, {"m": 120, "n": 128, "k": 136}))
+    first, second = (
+        library_task("matmul", p)
+        for p in ({"m": 128, "n": 128, "k": 128}, {"m": 120, "n": 128, "k": 136})
+    )
     tasks = scheduled_tasks(
-        [(first, 1.0), (second, 1.0)], target=target.canonical(), database=db,
-        space_of=lambda t: default_space(t.program, target), strategy="evolutionary", seed=0,
-    )  # fmt: skip
+        [(first, 1.0), (second, 1.0)],
+        target=target.canonical(),
+        database=db,
+        space_of=lambda t: default_space(t.program, target),
+        strategy="evolutionary",
+        seed=0,
+    )
     strategy = tasks[1].strategy
     assert strategy.seeds == []  # type: ignore[attr-defined]
     bests_seen: list[str] = []
     propose = strategy.propose
-    strategy.propose = lambda n: (bests_seen.append(db.best(first.key, target.canonical()).record_id), propose(n))[1]  # type: ignore[method-assign,union-attr]
-    scheduler = TaskScheduler(tasks, target=target.canonical(), runner=SimulatedRunner(), database=db,
-                              config=SchedulerConfig(policy="round_robin", batch_size=8))  # fmt: skip
+    strategy.propose = lambda n: (
+        bests_seen.append(db.best(first.key, target.canonical()).record_id),
+        propose(n),
+    )[1]  # type: ignore[method-assign,union-attr]
+    scheduler = TaskScheduler(
+        tasks,
+        target=target.canonical(),
+        runner=SimulatedRunner(),
+        database=db,
+        config=SchedulerConfig(policy="round_robin", batch_size=8),
+    )
     scheduler.run(48)
     assert len(bests_seen) == 3
     assert set(bests_seen) <= strategy._seed_sources  # type: ignore[attr-defined]

@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PARAMS = {"m": 64, "n": 48, "k": 32}
 
 
-def tiled_matmul(rng: random.Random | None, decisions: dict[str, list[int]] | None = None) -> TracedSchedule:
+def tiled_matmul(
+    rng: random.Random | None, decisions: dict[str, list[int]] | None = None
+) -> TracedSchedule:
     task = library_task("matmul", PARAMS)
     sch = TracedSchedule(task.program, rng=rng)
     c = sch.get_block("C")
@@ -43,7 +45,9 @@ def tiled_matmul(rng: random.Random | None, decisions: dict[str, list[int]] | No
 
 
 def _subprocess(code: str) -> str:
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     return out.stdout.strip()
 
 
@@ -53,7 +57,9 @@ def test_json_round_trip_is_exact_and_replays_identically() -> None:
     text = json.dumps(trace.to_json())
     again = Trace.from_json(json.loads(text))
     assert again == trace and again.hash == trace.hash
-    assert structural_hash(again.apply(library_task("matmul", PARAMS).program).program) == structural_hash(sch.program)
+    assert structural_hash(
+        again.apply(library_task("matmul", PARAMS).program).program
+    ) == structural_hash(sch.program)
 
 
 def test_replay_in_another_process_gives_the_same_program(tmp_path: Path) -> None:
@@ -87,7 +93,14 @@ def test_python_form_rebuilds_the_same_program_here_and_in_another_process() -> 
 def test_replay_without_decisions_resamples_deterministically_per_seed() -> None:
     trace = tiled_matmul(random.Random(5)).trace
     program = library_task("matmul", PARAMS).program
-    seen = {json.dumps(trace.apply(program, rng=random.Random(s), keep_decisions=False).trace.to_json()["decisions"]) for s in range(12)}
+    seen = {
+        json.dumps(
+            trace.apply(program, rng=random.Random(s), keep_decisions=False).trace.to_json()[
+                "decisions"
+            ]
+        )
+        for s in range(12)
+    }
     assert len(seen) > 1, "re-sampling never changed a decision"
     mine = trace.apply(program, rng=random.Random(99), keep_decisions=False).trace.decisions
     code = (
@@ -121,7 +134,10 @@ def test_with_decision_gives_a_different_correct_kernel() -> None:
 def test_stale_decision_is_refused_and_repair_fixes_it() -> None:
     trace = tiled_matmul(random.Random(0), {"i": [8, 8], "j": [12, 4]}).trace
     other = library_task("matmul", {"m": 50, "n": 45, "k": 32})
-    with pytest.raises(TraceError, match=r"sample_perfect_tile on loop i: decision no longer fits .*replay with repair"):
+    with pytest.raises(
+        TraceError,
+        match=r"sample_perfect_tile on loop i: decision no longer fits .*replay with repair",
+    ):
         trace.apply(other.program)
     repaired = trace.apply(other.program, repair=True)
     assert repaired.trace.decisions[2] == [5, 10]  # the divisor of 50 nearest the old 8, within 16
@@ -134,7 +150,9 @@ def test_simplified_drops_unused_samples() -> None:
     assert len(simple.instructions) == len(trace.instructions) - 1
     assert [i.kind for i in simple.instructions].count("sample_perfect_tile") == 2
     program = library_task("matmul", PARAMS).program
-    assert structural_hash(simple.apply(program).program) == structural_hash(trace.apply(program).program)
+    assert structural_hash(simple.apply(program).program) == structural_hash(
+        trace.apply(program).program
+    )
 
 
 @pytest.mark.parametrize(
@@ -142,22 +160,58 @@ def test_simplified_drops_unused_samples() -> None:
     [
         ([], "a trace file is a JSON object"),
         ({"format": "loomtune.trace/99"}, "unknown trace file format"),
-        ({"format": "loomtune.trace/1", "workload": {"op": 3}, "target": "host", "trace": {}}, "workload must be"),
-        ({"format": "loomtune.trace/1", "workload": {"op": "matmul"}, "target": "host", "trace": {"version": 7}}, "unknown trace version 7"),
-        ({"format": "loomtune.trace/1", "workload": {"op": "matmul"}, "target": "host",
-          "trace": {"version": 1, "instructions": [{"kind": "frobnicate", "inputs": [], "attrs": {}, "outputs": []}]}},
-         "unknown instruction 'frobnicate'"),
-        ({"format": "loomtune.trace/1", "workload": {"op": "matmul"}, "target": "host",
-          "trace": {"version": 1, "instructions": [], "decisions": {"0": 1}}}, "not the index of a sampling instruction"),
+        (
+            {"format": "loomtune.trace/1", "workload": {"op": 3}, "target": "host", "trace": {}},
+            "workload must be",
+        ),
+        (
+            {
+                "format": "loomtune.trace/1",
+                "workload": {"op": "matmul"},
+                "target": "host",
+                "trace": {"version": 7},
+            },
+            "unknown trace version 7",
+        ),
+        (
+            {
+                "format": "loomtune.trace/1",
+                "workload": {"op": "matmul"},
+                "target": "host",
+                "trace": {
+                    "version": 1,
+                    "instructions": [
+                        {"kind": "frobnicate", "inputs": [], "attrs": {}, "outputs": []}
+                    ],
+                },
+            },
+            "unknown instruction 'frobnicate'",
+        ),
+        (
+            {
+                "format": "loomtune.trace/1",
+                "workload": {"op": "matmul"},
+                "target": "host",
+                "trace": {"version": 1, "instructions": [], "decisions": {"0": 1}},
+            },
+            "not the index of a sampling instruction",
+        ),
     ],
-)  # fmt: skip
+)
 def test_corrupt_trace_files_are_refused(data: object, message: str) -> None:
     with pytest.raises(TraceError, match=message):
         TraceFile.from_json(data)
 
 
 def test_unknown_workload_in_a_trace_file() -> None:
-    f = TraceFile.from_json({"format": "loomtune.trace/1", "workload": {"op": "nope", "params": {}}, "target": "host", "trace": {"version": 1, "instructions": []}})
+    f = TraceFile.from_json(
+        {
+            "format": "loomtune.trace/1",
+            "workload": {"op": "nope", "params": {}},
+            "target": "host",
+            "trace": {"version": 1, "instructions": []},
+        }
+    )
     with pytest.raises(TraceError, match="unknown operator 'nope'"):
         f.task()
 
@@ -184,7 +238,9 @@ def test_pack_panels_follows_its_sampled_width_through_mutation_repair_and_both_
     trace = sch.trace
     again = Trace.from_json(json.loads(json.dumps(trace.to_json())))
     assert again == trace
-    assert structural_hash(run_python(trace.as_python(), task.program).program) == structural_hash(sch.program)
+    assert structural_hash(run_python(trace.as_python(), task.program).program) == structural_hash(
+        sch.program
+    )
     # a new tile decision repacks to the new width (a literal index map would keep 8)
     changed = trace.with_decision(2, [3, 16]).apply(task.program).program
     assert packed_shape(changed) == (3, 32, 16)
@@ -209,13 +265,21 @@ def test_pack_panels_refuses_a_width_that_is_not_an_integer() -> None:
 @pytest.mark.parametrize(
     ("decision", "extent", "n", "bound", "expected"),
     [
-        ([1, 16, 2, 32], 1000, 4, 64, [1, 25, 1, 40]),  # the vector tile stays a multiple of 8 lanes
+        (
+            [1, 16, 2, 32],
+            1000,
+            4,
+            64,
+            [1, 25, 1, 40],
+        ),  # the vector tile stays a multiple of 8 lanes
         ([16, 64], 1000, 2, 64, [25, 40]),
         ([8, 8], 50, 2, 16, [5, 10]),  # no multiple of 8 divides 50: the nearest even one
         ([171, 6], 1000, 2, 8, [200, 5]),  # not a vector width: nearest by ratio
     ],
 )
-def test_repair_keeps_vector_widths_aligned(decision: list[int], extent: int, n: int, bound: int, expected: list[int]) -> None:
+def test_repair_keeps_vector_widths_aligned(
+    decision: list[int], extent: int, n: int, bound: int, expected: list[int]
+) -> None:
     from tuner.trace.sampling import perfect_tile_fits, repair_perfect_tile
 
     repaired = repair_perfect_tile(decision, extent, n, bound)
@@ -238,13 +302,21 @@ def test_repair_aligns_spatial_tiles_but_takes_the_nearest_reduction_tile() -> N
     sch = TracedSchedule(task.program, rng=random.Random(0))
     c = sch.get_block("C")
     i, j, k = sch.get_loops(c)
-    j0, j1 = sch.split(j, sch.sample_perfect_tile(j, n=2, max_innermost_factor=256, decision=[4, 256]))
-    k0, k1 = sch.split(k, sch.sample_perfect_tile(k, n=2, max_innermost_factor=256, decision=[4, 256]))
+    j0, j1 = sch.split(
+        j, sch.sample_perfect_tile(j, n=2, max_innermost_factor=256, decision=[4, 256])
+    )
+    k0, k1 = sch.split(
+        k, sch.sample_perfect_tile(k, n=2, max_innermost_factor=256, decision=[4, 256])
+    )
     sch.reorder(j0, k0, i, k1, j1)
     sch.vectorize(j1)
     other = library_task("matmul", {"m": 64, "n": 1000, "k": 1000})
     repaired = sch.trace.apply(other.program, repair=True)
-    tiles = [repaired.trace.decisions[n] for n, inst in enumerate(repaired.trace.instructions) if inst.kind == "sample_perfect_tile"]
+    tiles = [
+        repaired.trace.decisions[n]
+        for n, inst in enumerate(repaired.trace.instructions)
+        if inst.kind == "sample_perfect_tile"
+    ]
     assert tiles == [[5, 200], [4, 250]]
     assert_correct(other, repaired.program, threads=1)
 
@@ -262,7 +334,10 @@ def test_sample_loop_moves_what_takes_its_output_through_replay_repair_and_both_
     sch.reverse_compute_at(local, at)
     trace = sch.trace
     n = next(i for i, inst in enumerate(trace.instructions) if inst.kind == "sample_loop")
-    where = {d: _written_back_under(trace.with_decision(n, d).apply(task.program).program) for d in (0, 1)}
+    where = {
+        d: _written_back_under(trace.with_decision(n, d).apply(task.program).program)
+        for d in (0, 1)
+    }
     assert where[0] != where[1]  # the decision, not the recorded loop, says where
     again = Trace.from_json(json.loads(json.dumps(trace.to_json())))
     assert again == trace
@@ -290,7 +365,10 @@ def test_forced_decisions_are_taken_in_order_repaired_until_a_call_differs() -> 
     sch = TracedSchedule(other.program, rng=random.Random(1), forced=forced)
     i, j, k = sch.get_loops(sch.get_block("C"))
     assert list(sch.sample_perfect_tile(i, n=2, max_innermost_factor=16)) == [5, 10]
-    assert list(sch.sample_perfect_tile(j, n=2, max_innermost_factor=16, decision=[45, 1])) == [9, 5]
+    assert list(sch.sample_perfect_tile(j, n=2, max_innermost_factor=16, decision=[45, 1])) == [
+        9,
+        5,
+    ]
     draws = random.Random(1)
     sch.sample_categorical([0, 16, 64], [0.2, 0.4, 0.4])
     expected = draws.choices(range(3), weights=[0.2, 0.4, 0.4], k=1)[0]
@@ -310,7 +388,9 @@ def test_forced_decisions_are_taken_in_order_repaired_until_a_call_differs() -> 
         ([1, 2, 16, 128], 1000, "exceeds max_innermost_factor"),
     ],
 )
-def test_cover_tiles_cover_the_extent_without_a_dead_level(decision: list[int], extent: int, why: str | None) -> None:
+def test_cover_tiles_cover_the_extent_without_a_dead_level(
+    decision: list[int], extent: int, why: str | None
+) -> None:
     from tuner.trace.sampling import cover_tile_fits
 
     got = cover_tile_fits(decision, extent, 4, 64)

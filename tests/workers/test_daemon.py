@@ -29,7 +29,12 @@ URL = "http://coordinator.invalid:8000"
 
 
 def _config(**overrides: object) -> WorkerConfig:
-    values: dict[str, object] = {"coordinator": URL, "token": "lt_t", "backoff_seconds": 0.001, "max_backoff_seconds": 0.004}
+    values: dict[str, object] = {
+        "coordinator": URL,
+        "token": "lt_t",
+        "backoff_seconds": 0.001,
+        "max_backoff_seconds": 0.004,
+    }
     values.update(overrides)
     return WorkerConfig(**values)  # type: ignore[arg-type]
 
@@ -39,7 +44,12 @@ def test_cores_lists() -> None:
     assert parse_cores(str(usable[0])) == (usable[0],)
     assert parse_cores(f"{usable[0]}-{usable[-1]}") == tuple(range(usable[0], usable[-1] + 1))
     assert _core_text([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
-    for bad, says in (("a", "expected a list"), ("3-1", "bad range"), ("-1", "expected a list"), ("100000", "not available")):
+    for bad, says in (
+        ("a", "expected a list"),
+        ("3-1", "bad range"),
+        ("-1", "expected a list"),
+        ("100000", "not available"),
+    ):
         with pytest.raises(WorkerError, match=says):
             parse_cores(bad)
 
@@ -57,7 +67,9 @@ def _link(handler, **overrides: object) -> tuple[Link, list[str], threading.Even
     logs: list[str] = []
     stop = threading.Event()
     link = Link(_config(**overrides), stop, logs.append)
-    link.http = httpx.Client(base_url=URL, transport=httpx.MockTransport(handler), headers=link.http.headers)
+    link.http = httpx.Client(
+        base_url=URL, transport=httpx.MockTransport(handler), headers=link.http.headers
+    )
     return link, logs, stop
 
 
@@ -76,7 +88,11 @@ def test_the_link_retries_with_backoff_and_logs_each_change_once() -> None:
     link, logs, _ = _link(handler)
     assert link.call("/v1/workers/1/heartbeat") == {"ok": 6}
     assert link.failures == 5
-    assert len(logs) == 2 and "unreachable (ConnectError: refused)" in logs[0] and logs[1].endswith("reachable again")
+    assert (
+        len(logs) == 2
+        and "unreachable (ConnectError: refused)" in logs[0]
+        and logs[1].endswith("reachable again")
+    )
     assert calls[0].content == b""  # a heartbeat has no body
 
 
@@ -93,7 +109,9 @@ def test_the_link_gives_up_when_asked_and_raises_4xx() -> None:
     assert len(logs) == 1
 
     def refuse(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(422, json={"detail": [{"loc": ["body", "target"], "msg": "bad target"}]})
+        return httpx.Response(
+            422, json={"detail": [{"loc": ["body", "target"], "msg": "bad target"}]}
+        )
 
     link, logs, _ = _link(refuse)
     with pytest.raises(Rejected) as e:
@@ -102,7 +120,9 @@ def test_the_link_gives_up_when_asked_and_raises_4xx() -> None:
 
 
 def _result(candidate_id: int) -> P.Result:
-    return P.Result(candidate_id=candidate_id, record_id=str(uuid.uuid4()), status="ok", run_times_ms=(1.0,))
+    return P.Result(
+        candidate_id=candidate_id, record_id=str(uuid.uuid4()), status="ok", run_times_ms=(1.0,)
+    )
 
 
 def test_a_409_post_is_split_and_only_the_stale_result_is_dropped() -> None:
@@ -113,8 +133,12 @@ def test_a_409_post_is_split_and_only_the_stale_result_is_dropped() -> None:
         results = json.loads(request.content)["results"]
         posts.append(results)
         if any(r["candidate_id"] == 2 for r in results):
-            return httpx.Response(409, json={"detail": "worker 1 no longer holds the lease on candidate(s) 2"})
-        return httpx.Response(200, json={"accepted": [r["candidate_id"] for r in results], "duplicates": []})
+            return httpx.Response(
+                409, json={"detail": "worker 1 no longer holds the lease on candidate(s) 2"}
+            )
+        return httpx.Response(
+            200, json={"accepted": [r["candidate_id"] for r in results], "duplicates": []}
+        )
 
     logs: list[str] = []
     daemon = WorkerDaemon(_config(cores=(sorted(os.sched_getaffinity(0))[0],)), log=logs.append)
@@ -126,7 +150,9 @@ def test_a_409_post_is_split_and_only_the_stale_result_is_dropped() -> None:
     assert daemon._unsent == [] and daemon.reported == 3
     assert [[r["candidate_id"] for r in p] for p in posts] == [[1, 2, 3], [1], [2], [3]]
     assert posts[1][0]["record_id"] == batch[0].to_json()["record_id"]  # resent unchanged
-    assert logs == ["result of candidate 2 dropped: worker 1 no longer holds the lease on candidate(s) 2"]
+    assert logs == [
+        "result of candidate 2 dropped: worker 1 no longer holds the lease on candidate(s) 2"
+    ]
     assert daemon._send_results(retry=False) is False  # nothing left
 
 
@@ -143,7 +169,9 @@ def test_unsent_results_are_kept_while_the_coordinator_is_away() -> None:
 
 
 def test_heartbeat_interval() -> None:
-    daemon = WorkerDaemon(_config(cores=(sorted(os.sched_getaffinity(0))[0],)), log=lambda m: None, env={})
+    daemon = WorkerDaemon(
+        _config(cores=(sorted(os.sched_getaffinity(0))[0],)), log=lambda m: None, env={}
+    )
     assert daemon._heartbeat_interval(10.0, 60.0) == 10.0
     assert daemon._heartbeat_interval(30.0, 60.0) == 20.0  # never more than a third of the lease
     daemon.env = {"LOOMTUNE_HEARTBEAT_SECONDS": "2"}
@@ -151,5 +179,9 @@ def test_heartbeat_interval() -> None:
     daemon.env = {"LOOMTUNE_HEARTBEAT_SECONDS": "often"}
     with pytest.raises(WorkerError, match="LOOMTUNE_HEARTBEAT_SECONDS must be a number"):
         daemon._heartbeat_interval(10.0, 60.0)
-    assert daemon.batch == 2 and daemon.target.startswith("llvm -mcpu=") and daemon.target.endswith("-num-threads=1")
+    assert (
+        daemon.batch == 2
+        and daemon.target.startswith("llvm -mcpu=")
+        and daemon.target.endswith("-num-threads=1")
+    )
     assert "cores=" in daemon.name and "llvm=" in daemon.name

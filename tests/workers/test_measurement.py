@@ -46,16 +46,26 @@ def test_measurer_statuses_in_process() -> None:
     r = m.measure(TASK, TARGET, good)
     # the task's first candidate is the best so far: its 3 repeats get a second look
     assert r.extra["confirmed"] == m.confirm_repeat > 0
-    assert r.ok and len(r.run_times_ms) == 3 + m.confirm_repeat and r.median_ms > 0 and r.compile_ms > 0 and r.llvm_version
+    assert (
+        r.ok
+        and len(r.run_times_ms) == 3 + m.confirm_repeat
+        and r.median_ms > 0
+        and r.compile_ms > 0
+        and r.llvm_version
+    )
     phases = r.extra["phases_ms"]  # where the time went; compile_ms is the first four
     assert list(phases) == ["replay", "lower", "emit", "llvm", "verify", "timing"]
     assert all(v >= 0 for v in phases.values()) and phases["timing"] > 0
-    assert sum(phases[k] for k in ("replay", "lower", "emit", "llvm")) == pytest.approx(r.compile_ms)
+    assert sum(phases[k] for k in ("replay", "lower", "emit", "llvm")) == pytest.approx(
+        r.compile_ms
+    )
     # a trace that does not apply to this program
     other = library_task("matmul", {"m": 16, "n": 16, "k": 16})
     stale = SimpleSpace(other.program).sample(random.Random(1))
     bad = m.measure(TASK, TARGET, stale)
-    assert bad.status == "compile_error" and "does not apply" in bad.message and bad.median_ms is None
+    assert (
+        bad.status == "compile_error" and "does not apply" in bad.message and bad.median_ms is None
+    )
     # faults are ignored unless enabled in the environment
     assert "LOOMTUNE_TEST_FAULTS" not in os.environ
     assert m.measure(TASK, TARGET, _faulty("corrupt")).ok
@@ -64,7 +74,9 @@ def test_measurer_statuses_in_process() -> None:
 def test_only_contenders_get_extra_repeats() -> None:
     """The task's first candidate and those near the best so far get more repeats; the rest keep 3."""
     trace = _faulty("none", tile=8)
-    strict = Measurer(worker="strict", confirm_repeat=4, confirm_within=0.01)  # contender: 100x faster
+    strict = Measurer(
+        worker="strict", confirm_repeat=4, confirm_within=0.01
+    )  # contender: 100x faster
     first = strict.measure(TASK, TARGET, trace)
     assert first.ok and first.extra["confirmed"] == 4 and len(first.run_times_ms) == 7
     second = strict.measure(TASK, TARGET, trace)  # the same kernel is no contender by this bar
@@ -111,7 +123,9 @@ class _FaultySpace(SimpleSpace):
     def sample(self, rng):
         self.count += 1
         if self.count in self.plan:
-            return _faulty(self.plan[self.count], tile=[8, 10, 4][list(self.plan).index(self.count)])
+            return _faulty(
+                self.plan[self.count], tile=[8, 10, 4][list(self.plan).index(self.count)]
+            )
         return super().sample(rng)
 
 
@@ -122,7 +136,15 @@ def test_tuning_goes_on_to_its_budget_through_crash_hang_and_wrong_output() -> N
     tgt = TARGET.canonical()
     ctx = SearchContext(TASK, tgt, _FaultySpace(TASK.program), db)
     with LocalPool(threads=1, timeout_s=5, env=_fault_env(), max_slots=1) as pool:
-        run = tune_loop(TASK, tgt, strategy=ReplayStrategy(ctx, 0), runner=pool, database=db, trials=12, batch_size=4)
+        run = tune_loop(
+            TASK,
+            tgt,
+            strategy=ReplayStrategy(ctx, 0),
+            runner=pool,
+            database=db,
+            trials=12,
+            batch_size=4,
+        )
         starts = pool.processes[0].starts
     assert run.trials_done == 12 and len(run.history) == 12
     statuses = Counter(r.status for r in db.training_records(tgt))
@@ -143,7 +165,11 @@ def test_core_slots_cut_the_cores_into_disjoint_sets() -> None:
 def test_a_pool_pins_each_process_to_its_cores() -> None:
     cores = sorted(os.sched_getaffinity(0))
     with LocalPool(threads=1) as pool:
-        futures = pool.submit(TASK, TARGET.canonical(), [SimpleSpace(TASK.program).sample(random.Random(i)) for i in range(4)])
+        futures = pool.submit(
+            TASK,
+            TARGET.canonical(),
+            [SimpleSpace(TASK.program).sample(random.Random(i)) for i in range(4)],
+        )
         assert all(f.result().ok for f in futures)
         pinned = sorted(tuple(p.hello["cores"]) for p in pool.processes if p.hello)
     assert pinned == [(c,) for c in cores][: len(pinned)] and pinned

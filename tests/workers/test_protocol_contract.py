@@ -67,15 +67,23 @@ def mismatches(message: type[P.Message], model: type[BaseModel]) -> list[str]:
     for name in sorted(set(ours) & set(theirs)):
         info, f = theirs[name], ours[name]
         if _norm(info.annotation) != _norm(hints[name]):
-            problems.append(f"{name}: {model.__name__} says {info.annotation!r}, {message.__name__} says {hints[name]!r}")
+            problems.append(
+                f"{name}: {model.__name__} says {info.annotation!r}, {message.__name__} says {hints[name]!r}"
+            )
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if info.is_required() != required:
-            problems.append(f"{name}: required in {'the schema' if info.is_required() else message.__name__} only")
+            problems.append(
+                f"{name}: required in {'the schema' if info.is_required() else message.__name__} only"
+            )
         elif not required:
             theirs_default = info.get_default(call_default_factory=True)
-            ours_default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            ours_default = (
+                f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            )  # type: ignore[misc]
             if _default(theirs_default) != _default(ours_default):
-                problems.append(f"{name}: default {theirs_default!r} in the schema, {ours_default!r} in {message.__name__}")
+                problems.append(
+                    f"{name}: default {theirs_default!r} in the schema, {ours_default!r} in {message.__name__}"
+                )
     return problems
 
 
@@ -115,13 +123,25 @@ def test_every_worker_route_speaks_protocol_messages() -> None:
             continue  # the admin's worker list
         models = [route.response_model]
         if route.body_field is not None:
-            body = route.body_field.field_info.annotation  # `LeaseRequest | None` where the body is optional
+            body = (
+                route.body_field.field_info.annotation
+            )  # `LeaseRequest | None` where the body is optional
             models += [a for a in typing.get_args(body) if a is not type(None)] or [body]
         for model in models:
-            assert model.__name__ in mirrored, f"{route.path}: {model.__name__} has no twin in workers/protocol.py"
+            assert model.__name__ in mirrored, (
+                f"{route.path}: {model.__name__} has no twin in workers/protocol.py"
+            )
             seen.add(route.path.removeprefix(P.API_PREFIX))
-    assert seen == {"", "/{worker_id}/heartbeat", "/{worker_id}/lease", "/{worker_id}/results", "/{worker_id}/release"}
-    assert P.MAX_LEASE_BATCH == S.MAX_LEASE_BATCH and P.MAX_RESULTS_PER_POST == S.MAX_RESULTS_PER_POST
+    assert seen == {
+        "",
+        "/{worker_id}/heartbeat",
+        "/{worker_id}/lease",
+        "/{worker_id}/results",
+        "/{worker_id}/release",
+    }
+    assert (
+        P.MAX_LEASE_BATCH == S.MAX_LEASE_BATCH and P.MAX_RESULTS_PER_POST == S.MAX_RESULTS_PER_POST
+    )
     assert set(typing.get_args(S.RecordStatus)) == set(P.STATUSES)
 
 
@@ -130,16 +150,36 @@ NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 def _replies() -> list[BaseModel]:
     candidate = S.LeasedCandidate(
-        candidate_id=7, job_id=3, workload_key="ab" * 32, workload={"op": "matmul", "params": {"m": 16}},
-        target="llvm -mcpu=znver3 -num-threads=1", trace={"version": 1, "instructions": []}, trace_hash="cd" * 32,
-        attempt=2, lease_expires_at=NOW,
-    )  # fmt: skip
+        candidate_id=7,
+        job_id=3,
+        workload_key="ab" * 32,
+        workload={"op": "matmul", "params": {"m": 16}},
+        target="llvm -mcpu=znver3 -num-threads=1",
+        trace={"version": 1, "instructions": []},
+        trace_hash="cd" * 32,
+        attempt=2,
+        lease_expires_at=NOW,
+    )
     return [
         S.WorkerRegistered(
-            id=1, name="w", owner=None, target="llvm -mcpu=znver3 -num-threads=1", registered_at=NOW,
-            last_heartbeat=NOW, alive=True, leases=0, lease_seconds=60.0, heartbeat_seconds=10.0,
+            id=1,
+            name="w",
+            owner=None,
+            target="llvm -mcpu=znver3 -num-threads=1",
+            registered_at=NOW,
+            last_heartbeat=NOW,
+            alive=True,
+            leases=0,
+            lease_seconds=60.0,
+            heartbeat_seconds=10.0,
         ),
-        S.HeartbeatOut(worker_id=1, leases_extended=2, lease_expires_at=NOW, lease_seconds=60, heartbeat_seconds=10),
+        S.HeartbeatOut(
+            worker_id=1,
+            leases_extended=2,
+            lease_expires_at=NOW,
+            lease_seconds=60,
+            heartbeat_seconds=10,
+        ),
         S.LeaseOut(candidates=[candidate], lease_seconds=60.0, heartbeat_seconds=10.0),
         S.LeaseOut(candidates=[], lease_seconds=60.0, heartbeat_seconds=10.0),
         S.ResultsOut(accepted=[7], duplicates=[8]),
@@ -153,13 +193,23 @@ def test_replies_read_by_the_worker_mean_the_same(reply: BaseModel) -> None:
     wire = reply.model_dump(mode="json")
     read = message.from_json(wire)
     assert type(reply).model_validate(read.to_json()) == reply
-    assert message.from_json({**wire, "added_later": 1}) == read  # new fields of the coordinator are ignored
+    assert (
+        message.from_json({**wire, "added_later": 1}) == read
+    )  # new fields of the coordinator are ignored
 
 
 def _requests() -> list[P.Message]:
-    ok = P.Result(candidate_id=7, record_id=str(uuid.uuid4()), status="ok", run_times_ms=(0.5, 0.25, 0.75),
-                  loomtune_version="0.1.0", llvm_version="22.1.0")  # fmt: skip
-    crashed = P.Result(candidate_id=8, record_id=str(uuid.uuid4()), status="crashed", message="SIGSEGV")
+    ok = P.Result(
+        candidate_id=7,
+        record_id=str(uuid.uuid4()),
+        status="ok",
+        run_times_ms=(0.5, 0.25, 0.75),
+        loomtune_version="0.1.0",
+        llvm_version="22.1.0",
+    )
+    crashed = P.Result(
+        candidate_id=8, record_id=str(uuid.uuid4()), status="crashed", message="SIGSEGV"
+    )
     return [
         P.Register(name="host:1 cores=0", target="llvm -mcpu=znver3 -mattr=+avx2 -num-threads=1"),
         P.LeaseRequest(),
@@ -183,7 +233,15 @@ def test_bad_replies_are_protocol_errors() -> None:
     with pytest.raises(P.ProtocolError, match="expected an integer"):
         P.ResultsReply.from_json({"accepted": [True], "duplicates": []})
     with pytest.raises(P.ProtocolError, match="ISO 8601"):
-        P.HeartbeatReply.from_json({"worker_id": 1, "leases_extended": 0, "lease_expires_at": "soon", "lease_seconds": 1, "heartbeat_seconds": 1})
+        P.HeartbeatReply.from_json(
+            {
+                "worker_id": 1,
+                "leases_extended": 0,
+                "lease_expires_at": "soon",
+                "lease_seconds": 1,
+                "heartbeat_seconds": 1,
+            }
+        )
     with pytest.raises(P.ProtocolError, match="status"):
         P.Result(candidate_id=1, record_id="x", status="fine")
 
@@ -194,5 +252,7 @@ def test_workers_import_no_service_frameworks() -> None:
         "import sys, workers.daemon, workers.protocol, workers.pool, workers.process\n"
         "print(sorted(m for m in ('fastapi', 'pydantic', 'sqlalchemy', 'starlette', 'service') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"

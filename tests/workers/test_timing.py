@@ -183,13 +183,23 @@ def test_interleaved_rounds_split_the_repeats_and_warm_up_again() -> None:
     log: list[str] = []
     config = MeasureConfig(warmup=1, number=1, repeat=7)
     start = time.perf_counter()
-    timings = time_interleaved([_tagger(log, "a"), _tagger(log, "b")], config, rounds=3, round_pause_s=0.02)
+    timings = time_interleaved(
+        [_tagger(log, "a"), _tagger(log, "b")], config, rounds=3, round_pause_s=0.02
+    )
     assert time.perf_counter() - start >= 0.04
-    assert log == ["a", "b"] + ["a", "b"] * 2 + ["a", "b"] + ["a", "b"] * 2 + ["a", "b"] + ["a", "b"] * 3
+    assert (
+        log
+        == ["a", "b"] + ["a", "b"] * 2 + ["a", "b"] + ["a", "b"] * 2 + ["a", "b"] + ["a", "b"] * 3
+    )
     assert [len(t.times_ms) for t in timings] == [7, 7]
     # more rounds than repeats: one repeat per round
     log.clear()
-    assert [len(t.times_ms) for t in time_interleaved([_tagger(log, "a")], MeasureConfig(warmup=0, number=1, repeat=2), rounds=5)] == [2]
+    assert [
+        len(t.times_ms)
+        for t in time_interleaved(
+            [_tagger(log, "a")], MeasureConfig(warmup=0, number=1, repeat=2), rounds=5
+        )
+    ] == [2]
     assert log == ["a", "a"]
 
 

@@ -25,7 +25,9 @@ from tuner.trace.traced_schedule import TracedSchedule
 
 
 class SimpleSpace:
-    def __init__(self, program: Program, *, threads: int = 1, max_innermost_factor: int = 16) -> None:
+    def __init__(
+        self, program: Program, *, threads: int = 1, max_innermost_factor: int = 16
+    ) -> None:
         self.program = program
         self.threads = threads
         self.max_innermost_factor = max_innermost_factor
@@ -42,7 +44,9 @@ class SimpleSpace:
                 fixed.append(h)
                 continue
             is_reduce = binds_reduce(realize, lp.var)
-            factors = sch.sample_perfect_tile(h, n=2, max_innermost_factor=self.max_innermost_factor)
+            factors = sch.sample_perfect_tile(
+                h, n=2, max_innermost_factor=self.max_innermost_factor
+            )
             o, i = sch.split(h, factors)
             (outer_r if is_reduce else outer).append(o)
             (inner_r if is_reduce else inner).append(i)

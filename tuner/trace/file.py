@@ -32,7 +32,12 @@ class TraceFile:
     trace: Trace
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FILE_FORMAT, "workload": self.workload, "target": self.target, "trace": self.trace.to_json()}
+        return {
+            "format": FILE_FORMAT,
+            "workload": self.workload,
+            "target": self.target,
+            "trace": self.trace.to_json(),
+        }
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
@@ -54,12 +59,14 @@ class TraceFile:
             raise TraceError(f"a trace file is a JSON object, got {type(data).__name__}")
         fmt = data.get("format")
         if fmt != FILE_FORMAT:
-            raise TraceError(f"unknown trace file format {fmt!r}; this loomtune reads {FILE_FORMAT!r}")
+            raise TraceError(
+                f"unknown trace file format {fmt!r}; this loomtune reads {FILE_FORMAT!r}"
+            )
         workload = data.get("workload")
         if not isinstance(workload, dict) or not (
             isinstance(workload.get("op"), str) or isinstance(workload.get("definition"), dict)
         ):
-            raise TraceError("trace file workload must be {\"op\", \"params\"} or {\"definition\"}")
+            raise TraceError('trace file workload must be {"op", "params"} or {"definition"}')
         if not isinstance(workload.get("params", {}), dict):
             raise TraceError("trace file workload.params must be an object")
         target = data.get("target")

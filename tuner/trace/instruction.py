@@ -15,12 +15,27 @@ from ir.node import Node
 from ir.serialize import decode, encode
 
 PRIMITIVES = (
-    "get_block", "get_loops", "get_child_blocks",
-    "split", "fuse", "reorder", "parallel", "vectorize", "unroll", "annotate",
-    "compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline",
-    "cache_read", "cache_write", "decompose_reduction", "rfactor", "transform_layout",
+    "get_block",
+    "get_loops",
+    "get_child_blocks",
+    "split",
+    "fuse",
+    "reorder",
+    "parallel",
+    "vectorize",
+    "unroll",
+    "annotate",
+    "compute_at",
+    "reverse_compute_at",
+    "compute_inline",
+    "reverse_compute_inline",
+    "cache_read",
+    "cache_write",
+    "decompose_reduction",
+    "rfactor",
+    "transform_layout",
     "pack_panels",
-)  # fmt: skip
+)
 SAMPLING = ("sample_perfect_tile", "sample_categorical", "sample_compute_location", "sample_loop")
 KINDS = PRIMITIVES + SAMPLING
 PURE = ("get_block", "get_loops", "get_child_blocks", *SAMPLING)

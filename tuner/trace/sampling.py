@@ -12,7 +12,9 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def sample_perfect_tile(rng: random.Random, extent: int, n: int, max_innermost_factor: int) -> list[int]:
+def sample_perfect_tile(
+    rng: random.Random, extent: int, n: int, max_innermost_factor: int
+) -> list[int]:
     """n factors whose product is `extent`, the innermost at most `max_innermost_factor`.
 
     Each factor is a uniformly chosen divisor of what remains, innermost first,
@@ -31,14 +33,22 @@ def sample_perfect_tile(rng: random.Random, extent: int, n: int, max_innermost_f
     return factors
 
 
-def perfect_tile_fits(decision: Sequence[int], extent: int, n: int, max_innermost_factor: int) -> str | None:
+def perfect_tile_fits(
+    decision: Sequence[int], extent: int, n: int, max_innermost_factor: int
+) -> str | None:
     """None when `decision` is a valid perfect tiling, else why not."""
-    if len(decision) != n or not all(isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in decision):
+    if len(decision) != n or not all(
+        isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in decision
+    ):
         return f"expected {n} positive integer factors, got {list(decision)}"
     if math.prod(decision) != extent:
-        return f"factors {list(decision)} multiply to {math.prod(decision)}, not the extent {extent}"
+        return (
+            f"factors {list(decision)} multiply to {math.prod(decision)}, not the extent {extent}"
+        )
     if decision[-1] > max_innermost_factor:
-        return f"innermost factor {decision[-1]} exceeds max_innermost_factor {max_innermost_factor}"
+        return (
+            f"innermost factor {decision[-1]} exceeds max_innermost_factor {max_innermost_factor}"
+        )
     return None
 
 
@@ -81,7 +91,11 @@ def repair_perfect_tile(
         choices = divisors(remaining)
         if pos == n - 1:
             choices = [d for d in choices if d <= max_innermost_factor] or [1]
-        target = old[pos] if isinstance(old[pos], int) and not isinstance(old[pos], bool) and old[pos] > 0 else 1
+        target = (
+            old[pos]
+            if isinstance(old[pos], int) and not isinstance(old[pos], bool) and old[pos] > 0
+            else 1
+        )
         d = _nearest_factor(choices, target, aligned)
         factors[pos] = d
         remaining //= d
@@ -103,7 +117,9 @@ def cover_innermost_choices(extent: int, max_innermost_factor: int) -> list[int]
     return sorted({d for d in divisors(extent) if d <= top} | twos | threes) or [1]
 
 
-def sample_cover_tile(rng: random.Random, extent: int, n: int, max_innermost_factor: int) -> list[int]:
+def sample_cover_tile(
+    rng: random.Random, extent: int, n: int, max_innermost_factor: int
+) -> list[int]:
     """n factors that cover `extent`, perhaps with some to spare (an imperfect tiling).
 
     The innermost is a divisor of the extent or a power of two (1000 columns
@@ -120,15 +136,21 @@ def sample_cover_tile(rng: random.Random, extent: int, n: int, max_innermost_fac
     return [*sample_perfect_tile(rng, tiles, n - 1, tiles), inner]
 
 
-def cover_tile_fits(decision: Sequence[int], extent: int, n: int, max_innermost_factor: int) -> str | None:
+def cover_tile_fits(
+    decision: Sequence[int], extent: int, n: int, max_innermost_factor: int
+) -> str | None:
     """None when `decision` covers `extent` without a level whose last iteration is dead
     everywhere (every perfect tiling qualifies), else why not."""
-    if len(decision) != n or not all(isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in decision):
+    if len(decision) != n or not all(
+        isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in decision
+    ):
         return f"expected {n} positive integer factors, got {list(decision)}"
     if math.prod(decision) < extent:
         return f"factors {list(decision)} multiply to {math.prod(decision)}, less than the extent {extent}"
     if decision[-1] > max_innermost_factor:
-        return f"innermost factor {decision[-1]} exceeds max_innermost_factor {max_innermost_factor}"
+        return (
+            f"innermost factor {decision[-1]} exceeds max_innermost_factor {max_innermost_factor}"
+        )
     for k in range(n):
         inner = math.prod(decision[k + 1 :])
         if (decision[k] - 1) * inner >= extent:
@@ -136,7 +158,9 @@ def cover_tile_fits(decision: Sequence[int], extent: int, n: int, max_innermost_
     return None
 
 
-def repair_cover_tile(decision: Sequence[int], extent: int, n: int, max_innermost_factor: int) -> list[int]:
+def repair_cover_tile(
+    decision: Sequence[int], extent: int, n: int, max_innermost_factor: int
+) -> list[int]:
     """The covering tile nearest to `decision`: its inner factors kept where they fit (1024's
     [1, 2, 16, 32] covers 1000 as it is), each level at most what the extent needs, the
     outermost what is left to cover."""

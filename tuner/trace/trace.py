@@ -48,7 +48,12 @@ class Trace:
     # -- replay --------------------------------------------------------------------
 
     def apply(
-        self, program: Program, *, rng: random.Random | None = None, repair: bool = False, keep_decisions: bool = True
+        self,
+        program: Program,
+        *,
+        rng: random.Random | None = None,
+        repair: bool = False,
+        keep_decisions: bool = True,
     ) -> TracedSchedule:
         """Replay on a fresh program; strict unless `repair` (stale decisions re-chosen).
 
@@ -113,7 +118,9 @@ class Trace:
             raise TraceError(f"a trace is a JSON object, got {type(data).__name__}")
         version = data.get("version")
         if version != TRACE_VERSION:
-            raise TraceError(f"unknown trace version {version!r}; this loomtune reads version {TRACE_VERSION}")
+            raise TraceError(
+                f"unknown trace version {version!r}; this loomtune reads version {TRACE_VERSION}"
+            )
         raw = data.get("instructions")
         if not isinstance(raw, list):
             raise TraceError("trace.instructions must be a list")
@@ -124,7 +131,11 @@ class Trace:
                 raise TraceError(f"{where}: expected an object with kind, inputs, attrs, outputs")
             if d["kind"] not in KINDS:
                 raise TraceError(f"{where}: unknown instruction {d['kind']!r}")
-            if not isinstance(d["inputs"], list) or not isinstance(d["attrs"], dict) or not isinstance(d["outputs"], list):
+            if (
+                not isinstance(d["inputs"], list)
+                or not isinstance(d["attrs"], dict)
+                or not isinstance(d["outputs"], list)
+            ):
                 raise TraceError(f"{where}: inputs and outputs must be lists, attrs an object")
             if not all(isinstance(o, str) for o in d["outputs"]):
                 raise TraceError(f"{where}: outputs must be names")
@@ -132,7 +143,11 @@ class Trace:
                 Instruction(
                     d["kind"],
                     decode_arg(d["inputs"], f"{where}.inputs"),
-                    tuple(sorted((k, decode_arg(v, f"{where}.attrs.{k}")) for k, v in d["attrs"].items())),
+                    tuple(
+                        sorted(
+                            (k, decode_arg(v, f"{where}.attrs.{k}")) for k, v in d["attrs"].items()
+                        )
+                    ),
                     tuple(d["outputs"]),
                 )
             )
@@ -142,7 +157,9 @@ class Trace:
         decisions: dict[int, Any] = {}
         for k, v in raw_dec.items():
             if not k.isdigit() or int(k) >= len(insts) or not insts[int(k)].is_sampling:
-                raise TraceError(f"trace.decisions: {k!r} is not the index of a sampling instruction")
+                raise TraceError(
+                    f"trace.decisions: {k!r} is not the index of a sampling instruction"
+                )
             d = decode_arg(v, f"trace.decisions.{k}")
             decisions[int(k)] = list(d) if isinstance(d, tuple) else d
         return Trace(tuple(insts), decisions)

@@ -145,7 +145,14 @@ class TracedSchedule:
             return IntRV(value, rv)
         raise TypeError(f"cannot make a random variable of {value!r}")
 
-    def _record(self, kind: str, inputs: tuple[Any, ...], attrs: dict[str, Any], run: Callable[[], Any], decision: Any = None) -> Any:
+    def _record(
+        self,
+        kind: str,
+        inputs: tuple[Any, ...],
+        attrs: dict[str, Any],
+        run: Callable[[], Any],
+        decision: Any = None,
+    ) -> Any:
         """Run a primitive; on success append its instruction and name its outputs."""
         result = run()
         values = result if isinstance(result, list) else ([] if result is None else [result])
@@ -158,7 +165,12 @@ class TracedSchedule:
             wrapped.append(self._wrap(v, rv))
         index = len(self.instructions)
         self.instructions.append(
-            Instruction(kind, tuple(self._as_arg(x) for x in inputs), tuple(sorted(attrs.items())), tuple(outputs))
+            Instruction(
+                kind,
+                tuple(self._as_arg(x) for x in inputs),
+                tuple(sorted(attrs.items())),
+                tuple(outputs),
+            )
         )
         if decision is not None:
             self.decisions[index] = decision
@@ -175,12 +187,19 @@ class TracedSchedule:
         return self._record("get_loops", (block,), {}, lambda: list(self.sch.get_loops(block)))
 
     def get_child_blocks(self, loop: LoopRV | None = None) -> list[BlockRef]:
-        return self._record("get_child_blocks", (loop,), {}, lambda: list(self.sch.get_child_blocks(loop)))
+        return self._record(
+            "get_child_blocks", (loop,), {}, lambda: list(self.sch.get_child_blocks(loop))
+        )
 
     # -- primitives ----------------------------------------------------------------
 
     def split(self, loop: LoopRV, factors: Sequence[int | None]) -> list[LoopRef]:
-        return self._record("split", (loop, tuple(factors)), {}, lambda: self.sch.split(loop, [None if f is None else int(f) for f in factors]))
+        return self._record(
+            "split",
+            (loop, tuple(factors)),
+            {},
+            lambda: self.sch.split(loop, [None if f is None else int(f) for f in factors]),
+        )
 
     def fuse(self, *loops: LoopRV) -> LoopRef:
         return self._record("fuse", tuple(loops), {}, lambda: self.sch.fuse(*loops))
@@ -199,7 +218,9 @@ class TracedSchedule:
 
     def annotate(self, target: LoopRV | BlockRV, key: str, value: Any) -> None:
         plain = int(value) if isinstance(value, IntRV) else value
-        self._record("annotate", (target, value), {"key": key}, lambda: self.sch.annotate(target, key, plain))
+        self._record(
+            "annotate", (target, value), {"key": key}, lambda: self.sch.annotate(target, key, plain)
+        )
 
     def compute_at(self, block: BlockRV, loop: LoopRV) -> None:
         """`loop` may be a sampled location: the root (no move) or inline."""
@@ -215,27 +236,48 @@ class TracedSchedule:
         self._record("compute_at", (block, loop), {}, run)
 
     def reverse_compute_at(self, block: BlockRV, loop: LoopRV) -> None:
-        self._record("reverse_compute_at", (block, loop), {}, lambda: self.sch.reverse_compute_at(block, loop))
+        self._record(
+            "reverse_compute_at",
+            (block, loop),
+            {},
+            lambda: self.sch.reverse_compute_at(block, loop),
+        )
 
     def compute_inline(self, block: BlockRV) -> None:
         self._record("compute_inline", (block,), {}, lambda: self.sch.compute_inline(block))
 
     def reverse_compute_inline(self, block: BlockRV) -> None:
-        self._record("reverse_compute_inline", (block,), {}, lambda: self.sch.reverse_compute_inline(block))
+        self._record(
+            "reverse_compute_inline", (block,), {}, lambda: self.sch.reverse_compute_inline(block)
+        )
 
     def cache_read(self, block: BlockRV, read_index: int, scope: str = "global") -> BlockRef:
         attrs = {"read_index": read_index, "scope": scope}
-        return self._record("cache_read", (block,), attrs, lambda: self.sch.cache_read(block, read_index, scope))
+        return self._record(
+            "cache_read", (block,), attrs, lambda: self.sch.cache_read(block, read_index, scope)
+        )
 
     def cache_write(self, block: BlockRV, write_index: int = 0, scope: str = "local") -> BlockRef:
         attrs = {"write_index": write_index, "scope": scope}
-        return self._record("cache_write", (block,), attrs, lambda: self.sch.cache_write(block, write_index, scope))
+        return self._record(
+            "cache_write", (block,), attrs, lambda: self.sch.cache_write(block, write_index, scope)
+        )
 
     def decompose_reduction(self, block: BlockRV, loop: LoopRV) -> BlockRef:
-        return self._record("decompose_reduction", (block, loop), {}, lambda: self.sch.decompose_reduction(block, loop))
+        return self._record(
+            "decompose_reduction",
+            (block, loop),
+            {},
+            lambda: self.sch.decompose_reduction(block, loop),
+        )
 
     def rfactor(self, loop: LoopRV, factor_axis: int = 0) -> BlockRef:
-        return self._record("rfactor", (loop,), {"factor_axis": factor_axis}, lambda: self.sch.rfactor(loop, factor_axis))
+        return self._record(
+            "rfactor",
+            (loop,),
+            {"factor_axis": factor_axis},
+            lambda: self.sch.rfactor(loop, factor_axis),
+        )
 
     def transform_layout(self, block: BlockRV, buffer: str, index_map: Any) -> BlockRef:
         from ir.schedule.layout import IndexMap
@@ -244,11 +286,18 @@ class TracedSchedule:
             reads = find_block(self.program, block_name(block)).block.reads
             match = [r.buffer for r in reads if r.buffer.name == buffer]
             if not match:
-                raise ScheduleError(f'block "{block_name(block)}": does not read a buffer named {buffer}')
+                raise ScheduleError(
+                    f'block "{block_name(block)}": does not read a buffer named {buffer}'
+                )
             shape = match[0].shape
             index_map = IndexMap.from_callable(len(shape), index_map)
         attrs = {"buffer": buffer, "index_map": index_map}
-        return self._record("transform_layout", (block,), attrs, lambda: self.sch.transform_layout(block, buffer, index_map))
+        return self._record(
+            "transform_layout",
+            (block,),
+            attrs,
+            lambda: self.sch.transform_layout(block, buffer, index_map),
+        )
 
     def pack_panels(self, block: BlockRV, buffer: str, width: int) -> BlockRef:
         """`Schedule.pack_panels`, `width` possibly sampled.
@@ -258,7 +307,10 @@ class TracedSchedule:
         vector tile instead of keeping the old width.
         """
         return self._record(
-            "pack_panels", (block, width), {"buffer": buffer}, lambda: self.sch.pack_panels(block, buffer, int(width))
+            "pack_panels",
+            (block, width),
+            {"buffer": buffer},
+            lambda: self.sch.pack_panels(block, buffer, int(width)),
         )
 
     # -- sampling ------------------------------------------------------------------
@@ -273,7 +325,9 @@ class TracedSchedule:
 
     def _need_rng(self, kind: str) -> random.Random:
         if self.rng is None:
-            raise TraceError(f"{kind} at instruction {len(self.instructions)} has no decision and no rng to sample one")
+            raise TraceError(
+                f"{kind} at instruction {len(self.instructions)} has no decision and no rng to sample one"
+            )
         return self.rng
 
     def sample_perfect_tile(
@@ -302,7 +356,11 @@ class TracedSchedule:
         if decision is None:
             chosen = draw(self._need_rng("sample_perfect_tile"), extent, n, max_innermost_factor)
         else:
-            chosen = [int(x) for x in decision] if all(isinstance(x, int) for x in decision) else list(decision)
+            chosen = (
+                [int(x) for x in decision]
+                if all(isinstance(x, int) for x in decision)
+                else list(decision)
+            )
             why = fits(chosen, extent, n, max_innermost_factor)
             if why is not None:
                 if not (self.repair or forced):
@@ -314,11 +372,15 @@ class TracedSchedule:
                     chosen = sampling.repair_cover_tile(chosen, extent, n, max_innermost_factor)
                 else:
                     aligned = not any(binds_reduce(r, lp.var) for r in blocks_under(lp.body))
-                    chosen = sampling.repair_perfect_tile(chosen, extent, n, max_innermost_factor, aligned=aligned)
+                    chosen = sampling.repair_perfect_tile(
+                        chosen, extent, n, max_innermost_factor, aligned=aligned
+                    )
         attrs: dict[str, Any] = {"n": n, "max_innermost_factor": max_innermost_factor}
         if cover:
             attrs["cover"] = True
-        return self._record("sample_perfect_tile", (loop,), attrs, lambda: list(chosen), decision=list(chosen))
+        return self._record(
+            "sample_perfect_tile", (loop,), attrs, lambda: list(chosen), decision=list(chosen)
+        )
 
     def _choice(
         self,
@@ -337,7 +399,11 @@ class TracedSchedule:
         if decision is None:
             return sampling.sample_categorical(self._need_rng(kind), probabilities)
         index = decision
-        if not isinstance(index, int) or (isinstance(index, bool) and not allow_bool) or not 0 <= index < count:
+        if (
+            not isinstance(index, int)
+            or (isinstance(index, bool) and not allow_bool)
+            or not 0 <= index < count
+        ):
             if not (self.repair or forced):
                 raise TraceError(
                     f"instruction {len(self.instructions)} {kind}: decision {index!r} is not an "
@@ -349,9 +415,13 @@ class TracedSchedule:
     def sample_categorical(
         self, candidates: Sequence[int], probabilities: Sequence[float], decision: int | None = None
     ) -> IntRV:
-        index = self._choice("sample_categorical", "candidates", len(candidates), probabilities, decision)
+        index = self._choice(
+            "sample_categorical", "candidates", len(candidates), probabilities, decision
+        )
         attrs = {"candidates": tuple(candidates), "probabilities": tuple(probabilities)}
-        return self._record("sample_categorical", (), attrs, lambda: int(candidates[index]), decision=index)
+        return self._record(
+            "sample_categorical", (), attrs, lambda: int(candidates[index]), decision=index
+        )
 
     def sample_loop(
         self, loops: Sequence[LoopRV], probabilities: Sequence[float], decision: int | None = None
@@ -360,7 +430,9 @@ class TracedSchedule:
         written back) that replay and mutation follow, because what comes after takes the
         chosen loop as its input. A `sample_categorical` whose value only picked a loop in
         Python would be recorded with that loop fixed: changing its decision changed nothing."""
-        index = self._choice("sample_loop", "loops", len(loops), probabilities, decision, allow_bool=False)
+        index = self._choice(
+            "sample_loop", "loops", len(loops), probabilities, decision, allow_bool=False
+        )
         chosen = LoopRV(loop_name(loops[index]))
         attrs = {"probabilities": tuple(probabilities)}
         return self._record("sample_loop", (tuple(loops),), attrs, lambda: chosen, decision=index)
@@ -394,10 +466,14 @@ class TracedSchedule:
                     )
                 index = min(max(int(index) if isinstance(index, int) else -1, -2), len(cands) - 1)
         name = ROOT if index == -1 else INLINE if index == -2 else cands[index]
-        return self._record("sample_compute_location", (block,), {}, lambda: LoopRV(name), decision=index)
+        return self._record(
+            "sample_compute_location", (block,), {}, lambda: LoopRV(name), decision=index
+        )
 
 
-def replay_instruction(sch: TracedSchedule, inst: Instruction, env: dict[str, Any], decision: Any) -> None:
+def replay_instruction(
+    sch: TracedSchedule, inst: Instruction, env: dict[str, Any], decision: Any
+) -> None:
     """Run one recorded instruction on `sch`, resolving its inputs through `env`."""
     if inst.kind not in KINDS:
         raise TraceError(f"unknown instruction {inst.kind!r}")
@@ -405,7 +481,9 @@ def replay_instruction(sch: TracedSchedule, inst: Instruction, env: dict[str, An
     def resolve(a: Any) -> Any:
         if isinstance(a, RV):
             if a.name not in env:
-                raise TraceError(f"{inst.kind}: random variable {a.name} is used before it is defined")
+                raise TraceError(
+                    f"{inst.kind}: random variable {a.name} is used before it is defined"
+                )
             return env[a.name]
         if isinstance(a, tuple):
             return [resolve(x) for x in a]
@@ -416,8 +494,18 @@ def replay_instruction(sch: TracedSchedule, inst: Instruction, env: dict[str, An
     k = inst.kind
     if k == "get_block":
         out = sch.get_block(attrs["name"])
-    elif k in ("get_loops", "get_child_blocks", "parallel", "vectorize", "unroll", "compute_inline",
-               "reverse_compute_inline", "compute_at", "reverse_compute_at", "decompose_reduction"):  # fmt: skip
+    elif k in (
+        "get_loops",
+        "get_child_blocks",
+        "parallel",
+        "vectorize",
+        "unroll",
+        "compute_inline",
+        "reverse_compute_inline",
+        "compute_at",
+        "reverse_compute_at",
+        "decompose_reduction",
+    ):
         args = [_handle(a, k) for a in args]
         out = getattr(sch, k)(*args)
     elif k == "split":
@@ -427,7 +515,15 @@ def replay_instruction(sch: TracedSchedule, inst: Instruction, env: dict[str, An
     elif k == "annotate":
         out = sch.annotate(_handle(args[0], k), attrs["key"], args[1])
     elif k in ("cache_read", "cache_write"):
-        out = getattr(sch, k)(_handle(args[0], k), *(attrs[x] for x in (("read_index", "scope") if k == "cache_read" else ("write_index", "scope"))))
+        out = getattr(sch, k)(
+            _handle(args[0], k),
+            *(
+                attrs[x]
+                for x in (
+                    ("read_index", "scope") if k == "cache_read" else ("write_index", "scope")
+                )
+            ),
+        )
     elif k == "rfactor":
         out = sch.rfactor(_handle(args[0], k), attrs["factor_axis"])
     elif k == "transform_layout":
@@ -438,17 +534,27 @@ def replay_instruction(sch: TracedSchedule, inst: Instruction, env: dict[str, An
         out = sch.pack_panels(_handle(args[0], k), attrs["buffer"], args[1])
     elif k == "sample_perfect_tile":
         out = sch.sample_perfect_tile(
-            _handle(args[0], k), attrs["n"], attrs["max_innermost_factor"], decision=decision, cover=attrs.get("cover") is True
+            _handle(args[0], k),
+            attrs["n"],
+            attrs["max_innermost_factor"],
+            decision=decision,
+            cover=attrs.get("cover") is True,
         )
     elif k == "sample_categorical":
-        out = sch.sample_categorical(list(attrs["candidates"]), list(attrs["probabilities"]), decision=decision)
+        out = sch.sample_categorical(
+            list(attrs["candidates"]), list(attrs["probabilities"]), decision=decision
+        )
     elif k == "sample_loop":
-        out = sch.sample_loop([_handle(a, k) for a in args[0]], list(attrs["probabilities"]), decision=decision)
+        out = sch.sample_loop(
+            [_handle(a, k) for a in args[0]], list(attrs["probabilities"]), decision=decision
+        )
     else:  # sample_compute_location
         out = sch.sample_compute_location(_handle(args[0], k), decision=decision)
     outs = out if isinstance(out, list) else ([] if out is None else [out])
     if len(outs) != len(inst.outputs):
-        raise TraceError(f"{inst.kind}: produced {len(outs)} results, the trace expects {len(inst.outputs)}")
+        raise TraceError(
+            f"{inst.kind}: produced {len(outs)} results, the trace expects {len(inst.outputs)}"
+        )
     for name, value in zip(inst.outputs, outs):
         env[name] = value
 

@@ -33,7 +33,9 @@ def job_out(view: J.JobView) -> JobOut:
         id=job.id,
         owner=job.owner,
         status=job.status,  # type: ignore[arg-type]
-        workload=WorkloadRef(key=job.workload_key, op=view.op, params=view.params, spec=spec or None),
+        workload=WorkloadRef(
+            key=job.workload_key, op=view.op, params=view.params, spec=spec or None
+        ),
         target=view.target,
         trials=job.budget,
         trials_done=job.trials_done,
@@ -54,13 +56,22 @@ def submit_job(body: JobCreate, caller: Client, state: State) -> JobOut:
     """Queue a job tuning a workload on a target; 422 names the field of any bad input."""
     settings = state.settings
     if body.trials > settings.max_trials:
-        raise Invalid(("body", "trials"), f"a budget is at most {settings.max_trials} trials (LOOMTUNE_MAX_TRIALS), got {body.trials}")
+        raise Invalid(
+            ("body", "trials"),
+            f"a budget is at most {settings.max_trials} trials (LOOMTUNE_MAX_TRIALS), got {body.trials}",
+        )
     strategy = J.resolve_strategy(body.strategy)
     task = J.resolve_task(body.workload.spec())
     with state.sessions.write() as session:
         target = J.resolve_target(session, body.target, alive_seconds=settings.alive_seconds)
         job = J.create_job(
-            session, owner=caller.owner, task=task, target=target, trials=body.trials, strategy=strategy, seed=body.seed
+            session,
+            owner=caller.owner,
+            task=task,
+            target=target,
+            trials=body.trials,
+            strategy=strategy,
+            seed=body.seed,
         )
         (view,) = J.job_views(session, [job], alive_seconds=settings.alive_seconds)
     return job_out(view)

@@ -24,13 +24,26 @@ def best_schedule(
     request: Request,
     caller: Client,
     state: State,
-    workload_key: Annotated[str | None, Query(pattern=r"^[0-9a-f]{64}$", description="the workload's key")] = None,
+    workload_key: Annotated[
+        str | None, Query(pattern=r"^[0-9a-f]{64}$", description="the workload's key")
+    ] = None,
     op: Annotated[
         str | None,
-        Query(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]*$", description="a library operator; its parameters as further query parameters (m=...&n=...)"),
+        Query(
+            min_length=1,
+            max_length=128,
+            pattern=r"^[^\x00-\x1f\x7f]*$",
+            description="a library operator; its parameters as further query parameters (m=...&n=...)",
+        ),
     ] = None,
     target: Annotated[
-        str, Query(min_length=1, max_length=2048, pattern=r"^[^\x00-\x1f\x7f]*$", description="'host' (the workers' CPU) or a target string")
+        str,
+        Query(
+            min_length=1,
+            max_length=2048,
+            pattern=r"^[^\x00-\x1f\x7f]*$",
+            description="'host' (the workers' CPU) or a target string",
+        ),
     ] = "host",
 ) -> BestOut:
     """The fastest correct record of a workload (`workload_key=`, or `op=` and its parameters) on a target:
@@ -39,9 +52,14 @@ def best_schedule(
 
     params = {k: v for k, v in request.query_params.items() if k not in _OWN_QUERY}
     if (workload_key is None) == (op is None):
-        raise Invalid(("query", "workload_key"), "give exactly one of workload_key and op (with its parameters)")
+        raise Invalid(
+            ("query", "workload_key"),
+            "give exactly one of workload_key and op (with its parameters)",
+        )
     if workload_key is not None and params:
-        raise Invalid(("query", next(iter(params))), "parameters go with op=, not with workload_key=")
+        raise Invalid(
+            ("query", next(iter(params))), "parameters go with op=, not with workload_key="
+        )
     with state.sessions.read() as session:
         if op is not None:
             task = J.resolve_task({"op": op, "params": params}, loc=("query",))
@@ -52,7 +70,9 @@ def best_schedule(
         workload = session.scalar(select(m.Workload).where(m.Workload.key == key))
         if workload is None:
             raise NotFound(f"workload {key} is not in the database")
-        canonical = J.resolve_target(session, target, alive_seconds=state.settings.alive_seconds, loc=("query", "target"))
+        canonical = J.resolve_target(
+            session, target, alive_seconds=state.settings.alive_seconds, loc=("query", "target")
+        )
         found = best_record(session, key, canonical)
         if found is None:
             raise NotFound(f"no correct record of workload {key} on {canonical}")
@@ -71,5 +91,7 @@ def best_schedule(
         run_times_ms=list(record.run_times_ms),
         worker=record.worker,
         trace=dict(record.trace),
-        trace_file=TraceFileOut(format=FILE_FORMAT, workload=spec, target=record.target, trace=dict(record.trace)),
+        trace_file=TraceFileOut(
+            format=FILE_FORMAT, workload=spec, target=record.target, trace=dict(record.trace)
+        ),
     )

@@ -41,7 +41,9 @@ def list_tokens(caller: Admin, state: State) -> TokenList:
 
 
 @router.delete("/{token_id}", response_model=TokenOut, summary="Revoke a token")
-def revoke_token(token_id: Annotated[int, Path(ge=1, le=MAX_ID)], caller: Admin, state: State) -> TokenOut:
+def revoke_token(
+    token_id: Annotated[int, Path(ge=1, le=MAX_ID)], caller: Admin, state: State
+) -> TokenOut:
     """A revoked token is refused (401) from now on; its owner's jobs stay."""
     with state.sessions.write() as session:
         out = token_out(T.revoke_token(session, token_id))

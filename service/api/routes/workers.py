@@ -52,7 +52,11 @@ def register(body: WorkerRegister, caller: WorkerRole, state: State) -> WorkerRe
     with state.sessions.write() as session:
         worker, target = L.register_worker(session, caller, body.name, body.target)
     view = L.WorkerView(worker, target, True, 0)
-    return WorkerRegistered(**worker_out(view).model_dump(), lease_seconds=s.lease_seconds, heartbeat_seconds=s.heartbeat_seconds)
+    return WorkerRegistered(
+        **worker_out(view).model_dump(),
+        lease_seconds=s.lease_seconds,
+        heartbeat_seconds=s.heartbeat_seconds,
+    )
 
 
 @router.get("", response_model=WorkerList, summary="List workers")
@@ -80,7 +84,9 @@ def heartbeat(worker_id: WorkerId, caller: WorkerRole, state: State) -> Heartbea
 
 
 @router.post("/{worker_id}/lease", response_model=LeaseOut, summary="Lease a batch of candidates")
-def lease(worker_id: WorkerId, caller: WorkerRole, state: State, body: LeaseRequest | None = None) -> LeaseOut:
+def lease(
+    worker_id: WorkerId, caller: WorkerRole, state: State, body: LeaseRequest | None = None
+) -> LeaseOut:
     """Up to `max_candidates` candidates of the worker's target (none: an empty list)."""
     s = state.settings
     request = body or LeaseRequest()
@@ -99,7 +105,9 @@ def lease(worker_id: WorkerId, caller: WorkerRole, state: State, body: LeaseRequ
     "/{worker_id}/results",
     response_model=ResultsOut,
     summary="Report results",
-    responses={409: {"description": "a result for a lease the worker no longer holds; nothing was stored"}},
+    responses={
+        409: {"description": "a result for a lease the worker no longer holds; nothing was stored"}
+    },
 )
 def results(worker_id: WorkerId, body: ResultsIn, caller: WorkerRole, state: State) -> ResultsOut:
     """Idempotent: a result posted again with the same record_id is stored once."""
@@ -128,7 +136,9 @@ def results(worker_id: WorkerId, body: ResultsIn, caller: WorkerRole, state: Sta
 
 
 @router.post("/{worker_id}/release", response_model=ReleaseOut, summary="Hand leases back")
-def release(worker_id: WorkerId, caller: WorkerRole, state: State, body: ReleaseIn | None = None) -> ReleaseOut:
+def release(
+    worker_id: WorkerId, caller: WorkerRole, state: State, body: ReleaseIn | None = None
+) -> ReleaseOut:
     """The named leases (default: all the worker holds) go back to pending at once."""
     ids = body.candidate_ids if body is not None else None
     with state.sessions.write() as session:

@@ -30,7 +30,13 @@ def workloads(
         rows = list_workloads(session, op=op, limit=limit, offset=offset)
     return WorkloadList(
         workloads=[
-            WorkloadOut(key=w.key, op=w.op, params=dict(w.params), records=n, created_at=as_utc(w.created_at))
+            WorkloadOut(
+                key=w.key,
+                op=w.op,
+                params=dict(w.params),
+                records=n,
+                created_at=as_utc(w.created_at),
+            )
             for w, n in rows
         ]
     )
@@ -41,7 +47,9 @@ def workload_records(
     key: Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="the workload's key")],
     caller: Client,
     state: State,
-    target: Annotated[str | None, Query(min_length=1, max_length=2048, pattern=r"^[^\x00-\x1f\x7f]*$")] = None,
+    target: Annotated[
+        str | None, Query(min_length=1, max_length=2048, pattern=r"^[^\x00-\x1f\x7f]*$")
+    ] = None,
     status: RecordStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
@@ -53,9 +61,13 @@ def workload_records(
         canonical = (
             None
             if target is None
-            else J.resolve_target(session, target, alive_seconds=state.settings.alive_seconds, loc=("query", "target"))
+            else J.resolve_target(
+                session, target, alive_seconds=state.settings.alive_seconds, loc=("query", "target")
+            )
         )
-        records = records_of_workload(session, key, target=canonical, status=status, limit=limit, offset=offset)
+        records = records_of_workload(
+            session, key, target=canonical, status=status, limit=limit, offset=offset
+        )
     return RecordList(
         workload_key=key,
         records=[

@@ -49,8 +49,13 @@ def test_cache_read_of_an_intermediate_goes_after_its_producer() -> None:
     sch.cache_read("Y", 0, "local")
     sch.cache_read("Y", 1, "global")
     assert [b.name for b in sch.get_child_blocks()] == [
-        "x_max", "x_exp", "x_exp_local", "exp_sum", "exp_sum_global", "Y",
-    ]  # fmt: skip
+        "x_max",
+        "x_exp",
+        "x_exp_local",
+        "exp_sum",
+        "exp_sum_global",
+        "Y",
+    ]
     text = print_program(sch.program)
     assert "x_exp_local = alloc(float32[5, 19], scope='local')" in text
     assert "Y[vi_3, vj_1] = x_exp_local[vi_3, vj_1] / exp_sum_global[vi_3]" in text
@@ -99,8 +104,14 @@ def test_cache_write_of_an_intermediate_and_an_elementwise_block() -> None:
     sch.cache_write("x_max", 0, "local")
     sch.cache_write("Y", 0, "global")
     assert [b.name for b in sch.get_child_blocks()] == [
-        "x_max", "x_max_local", "x_exp", "x_exp_global", "exp_sum", "Y", "Y_global",
-    ]  # fmt: skip
+        "x_max",
+        "x_max_local",
+        "x_exp",
+        "x_exp_global",
+        "exp_sum",
+        "Y",
+        "Y_global",
+    ]
     assert_correct(task, sch.program)
 
 

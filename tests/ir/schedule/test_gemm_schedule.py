@@ -48,13 +48,31 @@ def test_hand_written_gemm_is_correct(n: int) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["matmul_1024.trace.json", "matmul_1024_parallel.trace.json", "matmul_1024_avx512.trace.json", "matmul_1024_avx512_parallel.trace.json"],
+    [
+        "matmul_1024.trace.json",
+        "matmul_1024_parallel.trace.json",
+        "matmul_1024_avx512.trace.json",
+        "matmul_1024_avx512_parallel.trace.json",
+    ],
 )
 def test_gemm_traces_apply_to_1000_with_repair(name: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "service.cli", "apply", str(ROOT / "examples" / name), "m=1000", "n=1000", "k=1000", "--repair", "--json"],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "apply",
+            str(ROOT / "examples" / name),
+            "m=1000",
+            "n=1000",
+            "k=1000",
+            "--repair",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["correct"] is True and out["params"] == {"m": 1000, "n": 1000, "k": 1000}

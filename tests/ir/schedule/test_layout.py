@@ -42,7 +42,9 @@ def test_the_copy_vectorizes_once_its_loop_is_split_by_the_panel_width() -> None
     packed = sch.transform_layout("C", "B", panel_map(32))
     _, n = sch.get_loops(packed)
     with pytest.raises(ScheduleError, match="overlapping"):
-        sch.vectorize(n)  # n // 32, n % 32: lanes of one vector could collide, as far as it can tell
+        sch.vectorize(
+            n
+        )  # n // 32, n % 32: lanes of one vector could collide, as far as it can tell
     _, lane = sch.split(n, [None, 32])
     sch.vectorize(lane)  # (o * 32 + i) // 32 is o under i's range: one panel row per vector
     text = emit_module(lower(sch.program), "k", vector_bits=256)
@@ -53,11 +55,17 @@ def test_the_copy_vectorizes_once_its_loop_is_split_by_the_panel_width() -> None
 def test_pack_refusals() -> None:
     task = library_task("matmul", {"m": 8, "n": 8, "k": 8})
     sch = Schedule(task.program)
-    assert_refused(sch, lambda s: s.transform_layout("C", "A", lambda a, b: (a // 2, b)), '"C"', "same place")
+    assert_refused(
+        sch, lambda s: s.transform_layout("C", "A", lambda a, b: (a // 2, b)), '"C"', "same place"
+    )
     assert_refused(sch, lambda s: s.transform_layout("C", "Q", panel_map(4)), '"C"', "Q")
     assert_refused(sch, lambda s: s.transform_layout("C", "C", panel_map(4)), '"C"')
-    assert_refused(sch, lambda s: s.transform_layout("C", "A", lambda a, b: (a - 1, b)), '"C"', "negative")
-    assert_refused(sch, lambda s: s.transform_layout("C", "A", lambda a: (a,)), "\"C\"", "invalid index map")
+    assert_refused(
+        sch, lambda s: s.transform_layout("C", "A", lambda a, b: (a - 1, b)), '"C"', "negative"
+    )
+    assert_refused(
+        sch, lambda s: s.transform_layout("C", "A", lambda a: (a,)), '"C"', "invalid index map"
+    )
     m = IndexMap.from_callable(2, lambda a, b: (b, a))
     sch.transform_layout("C", "A", m)  # a transpose is a fine layout
     assert_correct(task, sch.program)
@@ -69,18 +77,25 @@ def test_pack_refusals() -> None:
         (lambda k, n: (n // 16, k, n % 16), True),  # a panel map: n = 16·(n // 16) + n % 16
         (lambda k, n: (n % 4, n // 4, k), True),
         (lambda k, n: (n // 2, k), False),  # loses n % 2: not one-to-one, left to the enumeration
-        (lambda k, n: (n // 2, n % 4, k), False),  # different constants: not proved (enumerated instead)
+        (
+            lambda k, n: (n // 2, n % 4, k),
+            False,
+        ),  # different constants: not proved (enumerated instead)
         (lambda k, n: (k + n, n), False),
     ],
 )
-def test_injectivity_is_proved_only_where_every_index_is_recoverable(fn: object, proved: bool) -> None:
+def test_injectivity_is_proved_only_where_every_index_is_recoverable(
+    fn: object, proved: bool
+) -> None:
     from ir.schedule.layout import _provably_injective
 
     assert _provably_injective(IndexMap.from_callable(2, fn)) is proved
 
 
 @pytest.mark.parametrize(("n", "width"), [(96, 32), (70, 16)])
-def test_pack_panels_iterates_over_the_panels_and_computes_at_a_column_tile(n: int, width: int) -> None:
+def test_pack_panels_iterates_over_the_panels_and_computes_at_a_column_tile(
+    n: int, width: int
+) -> None:
     task = library_task("matmul", {"m": 12, "n": n, "k": 9})
     sch = Schedule(task.program)
     packed = sch.pack_panels("C", "B", width)

@@ -94,7 +94,11 @@ def test_parallel_vectorize_unroll_golden_and_correct(mm, golden) -> None:
     sch.annotate("j", "vector_width", 8)
     golden("kinds_after.txt", print_program(sch.program))
     text = print_program(sch.program)
-    assert "for i_0 in parallel(5)" in text and "for i_1 in unrolled(8)" in text and "vectorized(19)" in text
+    assert (
+        "for i_0 in parallel(5)" in text
+        and "for i_1 in unrolled(8)" in text
+        and "vectorized(19)" in text
+    )
     assert_correct(task, sch.program, threads=2)
 
 

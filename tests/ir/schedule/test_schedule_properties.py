@@ -57,6 +57,7 @@ CHAIN = {
 def make_task(op: str, params: dict[str, int]) -> Task:
     return custom_task(CHAIN) if op == "chain" else library_task(op, params)
 
+
 Step = tuple[str, Callable[[Schedule], object]]
 
 
@@ -75,7 +76,9 @@ def _data_parallel(p: Program, f: For) -> bool:
 def _reduce_only(f: For) -> bool:
     rs = blocks_under(f)
     return len(rs) == 1 and all(
-        (iv.kind == "reduce") for iv, v in zip(rs[0].block.iter_vars, rs[0].values) if f.var in walk(v)
+        (iv.kind == "reduce")
+        for iv, v in zip(rs[0].block.iter_vars, rs[0].values)
+        if f.var in walk(v)
     )
 
 
@@ -119,12 +122,18 @@ def candidates(p: Program, rng: random.Random) -> dict[str, list[Step]]:
             consumers = readers(p, buf)
             if not consumers:
                 continue
-            common = set.intersection(*({f.var.name for f in loops_over(c.block.name)} for c in consumers))
-            at_options = [f.var.name for f in loops_over(consumers[0].block.name) if f.var.name in common]
+            common = set.intersection(
+                *({f.var.name for f in loops_over(c.block.name)} for c in consumers)
+            )
+            at_options = [
+                f.var.name for f in loops_over(consumers[0].block.name) if f.var.name in common
+            ]
             if at_options:
                 at = rng.choice(at_options)
                 add("compute_at", lambda s, b=b.name, at=at: s.compute_at(b, at))
-            plain = isinstance(b.body, BufferStore) and all(isinstance(i, Var) for i in b.body.indices)
+            plain = isinstance(b.body, BufferStore) and all(
+                isinstance(i, Var) for i in b.body.indices
+            )
             if spatial(r) and plain and len(writers(p, buf)) == 1:
                 add("compute_inline", lambda s, b=b.name: s.compute_inline(b))
         for rd in b.reads:
@@ -133,7 +142,9 @@ def candidates(p: Program, rng: random.Random) -> dict[str, list[Step]]:
                 continue
             pr = producers[0]
             spatial_loops = [
-                f.var.name for f in loops_over(pr.block.name) if not binds_reduce(pr, f.var) and f.kind in ("serial", "parallel")
+                f.var.name
+                for f in loops_over(pr.block.name)
+                if not binds_reduce(pr, f.var) and f.kind in ("serial", "parallel")
             ]
             if spatial_loops and spatial(r):
                 at = rng.choice(spatial_loops)
@@ -147,17 +158,33 @@ def candidates(p: Program, rng: random.Random) -> dict[str, list[Step]]:
             two_d = [rd.buffer.name for rd in b.reads if len(rd.buffer.shape) == 2]
             if two_d:
                 buf = rng.choice(two_d)
-                imap = rng.choice([panel_map(rng.choice([4, 8, 16])), IndexMap.from_callable(2, lambda a, c: (c, a))])
-                add("transform_layout", lambda s, b=b.name, buf=buf, imap=imap: s.transform_layout(b, buf, imap))
+                imap = rng.choice(
+                    [
+                        panel_map(rng.choice([4, 8, 16])),
+                        IndexMap.from_callable(2, lambda a, c: (c, a)),
+                    ]
+                )
+                add(
+                    "transform_layout",
+                    lambda s, b=b.name, buf=buf, imap=imap: s.transform_layout(b, buf, imap),
+                )
         if len(b.writes) == 1 and len(writers(p, b.writes[0].buffer.name)) == 1:
-            add("cache_write", lambda s, b=b.name: s.cache_write(b, 0, rng.choice(["global", "local"])))
+            add(
+                "cache_write",
+                lambda s, b=b.name: s.cache_write(b, 0, rng.choice(["global", "local"])),
+            )
         if b.init is not None:
             above = loops_over(b.name)
             # Loops outside the chosen one must not feed a reduction axis.
             ok = []
             for pos, f in enumerate(above):
-                feeds_spatial = any(iv.kind == "spatial" and f.var in walk(v) for iv, v in zip(b.iter_vars, r.values))
-                if not any(binds_reduce(r, g.var) for g in above[:pos]) and not (feeds_spatial and binds_reduce(r, f.var)):
+                feeds_spatial = any(
+                    iv.kind == "spatial" and f.var in walk(v)
+                    for iv, v in zip(b.iter_vars, r.values)
+                )
+                if not any(binds_reduce(r, g.var) for g in above[:pos]) and not (
+                    feeds_spatial and binds_reduce(r, f.var)
+                ):
                     ok.append(f.var.name)
             if ok:
                 at = rng.choice(ok)
@@ -175,7 +202,9 @@ PRIMITIVES = (
 )  # fmt: skip
 
 
-def run_sequence(task: Task, rng: random.Random, applied: Counter[str], length: int) -> tuple[bool, Schedule, list[str]]:
+def run_sequence(
+    task: Task, rng: random.Random, applied: Counter[str], length: int
+) -> tuple[bool, Schedule, list[str]]:
     sch = Schedule(task.program)
     log: list[str] = []
     for _ in range(length):
@@ -214,8 +243,12 @@ def test_random_schedules_are_legal_or_refused() -> None:
             except AssertionError as e:
                 raise AssertionError(f"{op} after {log}: {e}") from None
     report = ", ".join(f"{p}={applied[p]}" for p in PRIMITIVES)
-    print(f"\napplied {n_applied}/{SEQUENCES} sequences; mean length {sum(lengths) / len(lengths):.2f}; {report}")
+    print(
+        f"\napplied {n_applied}/{SEQUENCES} sequences; mean length {sum(lengths) / len(lengths):.2f}; {report}"
+    )
     assert sum(lengths) / len(lengths) >= 4
-    assert n_applied >= 0.7 * SEQUENCES, f"only {n_applied} of {SEQUENCES} sequences applied ({report})"
+    assert n_applied >= 0.7 * SEQUENCES, (
+        f"only {n_applied} of {SEQUENCES} sequences applied ({report})"
+    )
     low = [p for p in PRIMITIVES if applied[p] < 20]
     assert not low, f"primitives applied fewer than 20 times: {low} ({report})"

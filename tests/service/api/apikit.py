@@ -104,9 +104,13 @@ class Api:
         assert r.status_code == 201, r.text
         return r.json()["id"]
 
-    def submit(self, secret: str, *, target: str = ZEN, trials: int = 10, **workload: Any) -> dict[str, Any]:
+    def submit(
+        self, secret: str, *, target: str = ZEN, trials: int = 10, **workload: Any
+    ) -> dict[str, Any]:
         wl = workload or {"op": "matmul", "params": {"m": 16, "n": 16, "k": 16}}
-        r = self.call("POST", "/v1/jobs", secret, json={"workload": wl, "target": target, "trials": trials})
+        r = self.call(
+            "POST", "/v1/jobs", secret, json={"workload": wl, "target": target, "trials": trials}
+        )
         assert r.status_code == 201, r.text
         return r.json()
 
@@ -138,7 +142,13 @@ def trace_of(n: int) -> tuple[dict[str, Any], str]:
     return trace, hashlib.sha256(json.dumps(trace, sort_keys=True).encode()).hexdigest()
 
 
-def result(candidate_id: int, median: float | None = 1.0, *, status: str = "ok", record_id: str | None = None) -> dict[str, Any]:
+def result(
+    candidate_id: int,
+    median: float | None = 1.0,
+    *,
+    status: str = "ok",
+    record_id: str | None = None,
+) -> dict[str, Any]:
     return {
         "candidate_id": candidate_id,
         "record_id": record_id or str(uuid.uuid4()),
@@ -158,5 +168,3 @@ def make_api(url: str, **settings: Any) -> tuple[Api, TestClient]:
     ensure_schema(engine)
     client = TestClient(create_app(settings=config, engine=engine))
     return Api(client, engine, config), client
-
-

@@ -10,7 +10,12 @@ from tests.service.api.apikit import ADMIN, ZEN, Api, result
 
 
 def test_no_token_is_401_naming_the_reason(sqlite_api: Api) -> None:
-    for method, path in [("GET", "/v1/jobs"), ("POST", "/v1/jobs"), ("GET", "/v1/tokens"), ("POST", "/v1/workers/1/lease")]:
+    for method, path in [
+        ("GET", "/v1/jobs"),
+        ("POST", "/v1/jobs"),
+        ("GET", "/v1/tokens"),
+        ("POST", "/v1/workers/1/lease"),
+    ]:
         r = sqlite_api.call(method, path, None)
         assert r.status_code == 401, (method, path, r.text)
         assert "bearer token" in r.json()["detail"]
@@ -29,7 +34,12 @@ def test_roles(sqlite_api: Api) -> None:
     api = sqlite_api
     client, worker = api.token("client", "alice"), api.token("worker", "farm")
     # A worker token cannot submit or read jobs, nor manage tokens.
-    assert api.call("POST", "/v1/jobs", worker, json={"workload": {"op": "matmul"}, "trials": 1}).status_code == 403
+    assert (
+        api.call(
+            "POST", "/v1/jobs", worker, json={"workload": {"op": "matmul"}, "trials": 1}
+        ).status_code
+        == 403
+    )
     assert api.call("GET", "/v1/jobs", worker).status_code == 403
     assert api.call("GET", "/v1/schedules/best?op=matmul", worker).status_code == 403
     assert api.call("GET", "/v1/tokens", worker).status_code == 403
@@ -38,12 +48,25 @@ def test_roles(sqlite_api: Api) -> None:
     r = api.call("POST", "/v1/workers", client, json={"name": "x", "target": ZEN})
     assert r.status_code == 403 and "client token" in r.json()["detail"]
     assert api.call("POST", f"/v1/workers/{wid}/lease", client, json={}).status_code == 403
-    assert api.call("POST", f"/v1/workers/{wid}/results", client, json={"results": [result(1)]}).status_code == 403
+    assert (
+        api.call(
+            "POST", f"/v1/workers/{wid}/results", client, json={"results": [result(1)]}
+        ).status_code
+        == 403
+    )
     assert api.call("POST", "/v1/tokens", client, json={"role": "admin"}).status_code == 403
     assert api.call("GET", "/v1/workers", client).status_code == 403
     # Admins may list workers; clients may submit.
     assert api.call("GET", "/v1/workers", ADMIN).json()["workers"][0]["id"] == wid
-    assert api.call("POST", "/v1/jobs", client, json={"workload": {"op": "matmul"}, "target": ZEN, "trials": 1}).status_code == 201
+    assert (
+        api.call(
+            "POST",
+            "/v1/jobs",
+            client,
+            json={"workload": {"op": "matmul"}, "target": ZEN, "trials": 1},
+        ).status_code
+        == 201
+    )
 
 
 def test_owners_see_and_cancel_only_their_jobs(sqlite_api: Api) -> None:
@@ -93,10 +116,16 @@ def test_no_token_is_stored_in_plain_text(sqlite_api: Api) -> None:
     api = sqlite_api
     secrets = [ADMIN, api.token("client", "dave"), api.token("worker", "farm")]
     with api.engine.connect() as conn:
-        stored = conn.execute(text("SELECT hashed_secret, role, owner FROM api_tokens ORDER BY id")).all()
+        stored = conn.execute(
+            text("SELECT hashed_secret, role, owner FROM api_tokens ORDER BY id")
+        ).all()
         dump = "\n".join(str(row) for row in conn.execute(text("SELECT * FROM api_tokens")).all())
     assert [row[0] for row in stored] == [hashlib.sha256(s.encode()).hexdigest() for s in secrets]
-    assert [row[1:] for row in stored] == [("admin", "admin"), ("client", "dave"), ("worker", "farm")]
+    assert [row[1:] for row in stored] == [
+        ("admin", "admin"),
+        ("client", "dave"),
+        ("worker", "farm"),
+    ]
     assert not any(s in dump for s in secrets)
 
 
@@ -107,7 +136,11 @@ def test_token_validation_is_422_naming_the_field(sqlite_api: Api) -> None:
     r = api.call("POST", "/v1/tokens", ADMIN, json={"role": "client", "owner": "a b"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "owner"]
     r = api.call("POST", "/v1/tokens", ADMIN, json={"role": "client"})
-    assert r.status_code == 201 and r.json()["owner"] == "client" and r.json()["secret"].startswith("lt_")
+    assert (
+        r.status_code == 201
+        and r.json()["owner"] == "client"
+        and r.json()["secret"].startswith("lt_")
+    )
 
 
 def test_caller_cache_keeps_a_token_for_its_ttl_and_forgets_a_revoked_one() -> None:

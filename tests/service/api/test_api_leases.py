@@ -54,7 +54,9 @@ def test_a_result_becomes_a_record_and_counts_as_a_trial(api: Api) -> None:
     history = api.call("GET", f"/v1/jobs/{job['id']}/history", client).json()
     # One post's results share a time: their order in the curve is by record id.
     points = sorted((p["status"], p["latency_ms"]) for p in history["points"])
-    assert points == [("compile_error", None), ("ok", 2.0)] and history["points"][-1]["best_ms"] == 2.0
+    assert (
+        points == [("compile_error", None), ("ok", 2.0)] and history["points"][-1]["best_ms"] == 2.0
+    )
 
     # The records are TuningRecords of the database, with the job and the candidate.
     with api.sessions.read() as s:
@@ -62,7 +64,12 @@ def test_a_result_becomes_a_record_and_counts_as_a_trial(api: Api) -> None:
     assert set(done) == set(ids[:2])
     ok = done[ids[0]]
     assert ok.record_id == posted[0]["record_id"] and ok.median_ms == 2.0 and ok.status == "ok"
-    assert ok.job_id == job["id"] and ok.target == ZEN and ok.worker == "w" and ok.llvm_version == "22.1.0"
+    assert (
+        ok.job_id == job["id"]
+        and ok.target == ZEN
+        and ok.worker == "w"
+        and ok.llvm_version == "22.1.0"
+    )
     assert done[ids[1]].status == "compile_error" and done[ids[1]].median_ms is None
     assert api.count("SELECT count(*) FROM candidates WHERE status = 'done'") == 2
 
@@ -70,13 +77,25 @@ def test_a_result_becomes_a_record_and_counts_as_a_trial(api: Api) -> None:
     key = job["workload"]["key"]
     records = api.call("GET", f"/v1/workloads/{key}/records", client).json()["records"]
     assert [r["status"] for r in records] == ["ok", "compile_error"]
-    best = api.call("GET", "/v1/schedules/best", client, params={"workload_key": key, "target": ZEN}).json()
+    best = api.call(
+        "GET", "/v1/schedules/best", client, params={"workload_key": key, "target": ZEN}
+    ).json()
     assert best["record_id"] == posted[0]["record_id"] and best["latency_ms"] == 2.0
     assert best["trace_file"]["format"] == "loomtune.trace/1"
     assert best["trace_file"]["workload"] == {"op": "matmul", "params": {"m": 16, "n": 16, "k": 16}}
-    by_op = api.call("GET", "/v1/schedules/best", client, params={"op": "matmul", "m": 16, "n": 16, "k": 16, "target": ZEN}).json()
+    by_op = api.call(
+        "GET",
+        "/v1/schedules/best",
+        client,
+        params={"op": "matmul", "m": 16, "n": 16, "k": 16, "target": ZEN},
+    ).json()
     assert by_op["record_id"] == best["record_id"]
-    assert api.call("GET", "/v1/schedules/best", client, params={"workload_key": key, "target": SKX}).status_code == 404
+    assert (
+        api.call(
+            "GET", "/v1/schedules/best", client, params={"workload_key": key, "target": SKX}
+        ).status_code
+        == 404
+    )
 
 
 def test_results_are_idempotent(api: Api) -> None:
@@ -94,7 +113,12 @@ def test_results_are_idempotent(api: Api) -> None:
     assert r.status_code == 409
     # One record id for two measurements is refused.
     _lease(api, worker, wid, 1)
-    r = api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[2], record_id=posted[0]["record_id"])]})
+    r = api.call(
+        "POST",
+        f"/v1/workers/{wid}/results",
+        worker,
+        json={"results": [result(ids[2], record_id=posted[0]["record_id"])]},
+    )
     assert r.status_code == 409 and "already another measurement" in r.json()["detail"]
 
 
@@ -106,15 +130,29 @@ def test_expired_leases_are_redispatched_and_late_results_refused(api: Api) -> N
     api.expire_leases()
     # Another worker gets them back, oldest first, as second attempts.
     again = _lease(api, worker, other_worker, 3)
-    assert [(c["candidate_id"], c["attempt"]) for c in again] == [(ids[0], 2), (ids[1], 2), (ids[2], 1)]
+    assert [(c["candidate_id"], c["attempt"]) for c in again] == [
+        (ids[0], 2),
+        (ids[1], 2),
+        (ids[2], 1),
+    ]
     # The first worker's late result is refused and stores nothing (all or nothing).
-    late = api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0]), result(ids[1])]})
+    late = api.call(
+        "POST",
+        f"/v1/workers/{wid}/results",
+        worker,
+        json={"results": [result(ids[0]), result(ids[1])]},
+    )
     assert late.status_code == 409
     assert f"no longer holds the lease on candidate(s) {ids[0]}, {ids[1]}" in late.json()["detail"]
     assert api.count("SELECT count(*) FROM records") == 0
     assert api.call("GET", f"/v1/jobs/{job['id']}", client).json()["trials_done"] == 0
     # The new holder's results count.
-    r = api.call("POST", f"/v1/workers/{other_worker}/results", worker, json={"results": [result(i) for i in ids]})
+    r = api.call(
+        "POST",
+        f"/v1/workers/{other_worker}/results",
+        worker,
+        json={"results": [result(i) for i in ids]},
+    )
     assert r.status_code == 200 and r.json()["accepted"] == ids
     assert api.call("GET", f"/v1/jobs/{job['id']}", client).json()["trials_done"] == 3
 
@@ -127,7 +165,12 @@ def test_an_expired_lease_not_yet_redispatched_is_still_refused(api: Api) -> Non
     assert r.status_code == 409
     # A heartbeat does not revive it.
     assert api.call("POST", f"/v1/workers/{wid}/heartbeat", worker).json()["leases_extended"] == 0
-    assert api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0])]}).status_code == 409
+    assert (
+        api.call(
+            "POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0])]}
+        ).status_code
+        == 409
+    )
 
 
 def test_release_hands_leases_back(api: Api) -> None:
@@ -138,7 +181,9 @@ def test_release_hands_leases_back(api: Api) -> None:
     r = api.call("POST", f"/v1/workers/{wid}/release", worker, json={"candidate_ids": [ids[1]]})
     assert r.json() == {"released": [ids[1]]}
     assert [c["candidate_id"] for c in _lease(api, worker, second, 3)] == [ids[1]]
-    assert api.call("POST", f"/v1/workers/{wid}/release", worker).json() == {"released": [ids[0], ids[2]]}
+    assert api.call("POST", f"/v1/workers/{wid}/release", worker).json() == {
+        "released": [ids[0], ids[2]]
+    }
     r = api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0])]})
     assert r.status_code == 409
 
@@ -168,9 +213,17 @@ def test_result_validation_is_422_naming_the_field(api: Api) -> None:
     path = f"/v1/workers/{wid}/results"
     cases = [
         ({"results": [{**result(ids[0]), "run_times_ms": []}]}, ["body", "results", 0], "run time"),
-        ({"results": [{**result(ids[0]), "record_id": "seven"}]}, ["body", "results", 0, "record_id"], "uuid"),
+        (
+            {"results": [{**result(ids[0]), "record_id": "seven"}]},
+            ["body", "results", 0, "record_id"],
+            "uuid",
+        ),
         ({"results": [{**result(ids[0]), "status": "fast"}]}, ["body", "results", 0, "status"], ""),
-        ({"results": [{**result(ids[0]), "run_times_ms": [-1.0]}]}, ["body", "results", 0, "run_times_ms", 0], "greater than 0"),
+        (
+            {"results": [{**result(ids[0]), "run_times_ms": [-1.0]}]},
+            ["body", "results", 0, "run_times_ms", 0],
+            "greater than 0",
+        ),
         ({"results": []}, ["body", "results"], "at least 1"),
         ({"results": [result(ids[0]), result(ids[0])]}, ["body", "results"], "twice"),
     ]
@@ -192,11 +245,23 @@ def test_a_heartbeat_keeps_leases_alive(database_url: str) -> None:
         _, worker, _, ids, wid = _setup(api, candidates=2)
         _lease(api, worker, wid, 2)
         time.sleep(0.6)
-        assert api.call("POST", f"/v1/workers/{wid}/heartbeat", worker).json()["leases_extended"] == 2
+        assert (
+            api.call("POST", f"/v1/workers/{wid}/heartbeat", worker).json()["leases_extended"] == 2
+        )
         time.sleep(0.6)
-        assert api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0])]}).status_code == 200
+        assert (
+            api.call(
+                "POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0])]}
+            ).status_code
+            == 200
+        )
         time.sleep(1.1)
-        assert api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[1])]}).status_code == 409
+        assert (
+            api.call(
+                "POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[1])]}
+            ).status_code
+            == 409
+        )
         workers = api.call("GET", "/v1/workers", ADMIN).json()["workers"]
         assert workers[0]["alive"] is False and workers[0]["leases"] == 0
     api.engine.dispose()
@@ -213,7 +278,9 @@ def test_the_runner_seam(api: Api) -> None:
         assert jobs.job_task(claimed).key == job["workload"]["key"]
         assert jobs.job_target(s, claimed) == ZEN
         first = jobs.add_candidates(s, job["id"], [({"t": 1}, "a" * 64), ({"t": 2}, "b" * 64)])
-        assert jobs.add_candidates(s, job["id"], [({"t": 2}, "b" * 64)]) == first[1:]  # the same trace: the same candidate
+        assert (
+            jobs.add_candidates(s, job["id"], [({"t": 2}, "b" * 64)]) == first[1:]
+        )  # the same trace: the same candidate
     with api.sessions.write() as s:
         # runner-a's lease expires (its coordinator died): runner-b resumes the job.
         s.execute(update(m.Job).values(runner_expires_at=utc_now() - timedelta(seconds=1)))
@@ -235,7 +302,12 @@ def test_record_ids_are_uuids_of_the_workers_choice(api: Api) -> None:
     _, worker, _, ids, wid = _setup(api, candidates=1)
     _lease(api, worker, wid, 1)
     rid = str(uuid.uuid4())
-    api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0], record_id=rid)]})
+    api.call(
+        "POST",
+        f"/v1/workers/{wid}/results",
+        worker,
+        json={"results": [result(ids[0], record_id=rid)]},
+    )
     assert api.count("SELECT count(*) FROM records WHERE record_id = :r", r=rid) == 1
 
 

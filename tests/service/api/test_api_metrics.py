@@ -25,10 +25,14 @@ def test_metrics_follow_the_work(api: Api) -> None:
     wid = api.register(worker)
     api.call("POST", f"/v1/workers/{wid}/lease", worker, json={"max_candidates": 3})
     api.call(
-        "POST", f"/v1/workers/{wid}/results", worker,
+        "POST",
+        f"/v1/workers/{wid}/results",
+        worker,
         json={"results": [result(ids[0]), result(ids[1], status="timeout")]},
-    )  # fmt: skip
-    api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[3])]})  # not leased: 409
+    )
+    api.call(
+        "POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[3])]}
+    )  # not leased: 409
 
     m = _samples(api)
     assert m[("loomtune_jobs", (("status", "running"),))] == 1

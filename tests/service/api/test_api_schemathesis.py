@@ -42,11 +42,17 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     api.engine.dispose()
 
 
-@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=lambda m: m.value)
+@pytest.mark.parametrize(
+    "mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=lambda m: m.value
+)
 def test_no_request_is_a_server_error(coordinator: Api, mode: GenerationMode) -> None:
     schema = schemathesis.openapi.from_asgi("/openapi.json", coordinator.http.app)
     operations = [result.ok() for result in schema.get_all_operations()]
-    fuzzed = [op for op in operations if (op.method.upper(), op.path) != ("DELETE", "/v1/tokens/{token_id}")]
+    fuzzed = [
+        op
+        for op in operations
+        if (op.method.upper(), op.path) != ("DELETE", "/v1/tokens/{token_id}")
+    ]
     assert len(fuzzed) >= 17
     secrets = coordinator.secrets  # type: ignore[attr-defined]
     calls: list[int] = []
@@ -54,7 +60,13 @@ def test_no_request_is_a_server_error(coordinator: Api, mode: GenerationMode) ->
     for operation in fuzzed:
 
         @given(case=operation.as_strategy(mode), secret=st.sampled_from(secrets))
-        @settings(max_examples=EXAMPLES[mode], deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+        @settings(
+            max_examples=EXAMPLES[mode],
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+            database=None,
+        )
         def check(case: Any, secret: str) -> None:
             response = case.call(headers={"Authorization": f"Bearer {secret}"})
             calls.append(response.status_code)
@@ -68,4 +80,6 @@ def test_no_request_is_a_server_error(coordinator: Api, mode: GenerationMode) ->
         except Unsatisfiable:
             # An operation with nothing to get wrong (no parameters, no body) has no invalid requests.
             assert mode is GenerationMode.NEGATIVE, operation.label
-    assert len(calls) >= len(fuzzed) * (EXAMPLES[mode] // 2 if mode is GenerationMode.POSITIVE else 1)
+    assert len(calls) >= len(fuzzed) * (
+        EXAMPLES[mode] // 2 if mode is GenerationMode.POSITIVE else 1
+    )

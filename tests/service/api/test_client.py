@@ -44,7 +44,12 @@ def test_jobs_submit_list_get_history_cancel(sqlite_api: Api) -> None:
     ids = api.run_job(job["id"], 2)
     wid = api.register(worker)
     api.call("POST", f"/v1/workers/{wid}/lease", worker, json={"max_candidates": 2})
-    r = api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0], 3.0), result(ids[1], 2.0)]})
+    r = api.call(
+        "POST",
+        f"/v1/workers/{wid}/results",
+        worker,
+        json={"results": [result(ids[0], 3.0), result(ids[1], 2.0)]},
+    )
     assert r.status_code == 200, r.text
     history = c.history(job["id"])
     assert history["trials_done"] == 2 and sorted(p["best_ms"] for p in history["points"])[0] == 2.0
@@ -88,7 +93,11 @@ def test_api_errors_carry_the_status_and_the_message(sqlite_api: Api) -> None:
     with pytest.raises(CoordinatorError) as e:
         alice.submit("matmul", {"m": -3}, trials=2, target=ZEN)
     assert e.value.status == 422 and e.value.message.startswith("body.workload.params:")
-    assert isinstance(e.value.detail, list) and e.value.detail[0]["loc"] == ["body", "workload", "params"]
+    assert isinstance(e.value.detail, list) and e.value.detail[0]["loc"] == [
+        "body",
+        "workload",
+        "params",
+    ]
     with pytest.raises(CoordinatorError) as e:
         alice.submit("matmul", MM, trials=0, target=ZEN)
     assert e.value.status == 422 and "body.trials" in e.value.message
@@ -109,15 +118,26 @@ def test_wait_follows_the_job_until_it_ends(sqlite_api: Api) -> None:
     def finish() -> None:
         time.sleep(0.3)
         with api.engine.begin() as conn:
-            conn.execute(text("UPDATE jobs SET status = 'running', trials_done = 1 WHERE id = :id"), {"id": job["id"]})
+            conn.execute(
+                text("UPDATE jobs SET status = 'running', trials_done = 1 WHERE id = :id"),
+                {"id": job["id"]},
+            )
         time.sleep(0.3)
         with api.engine.begin() as conn:
-            conn.execute(text("UPDATE jobs SET status = 'succeeded', trials_done = 2 WHERE id = :id"), {"id": job["id"]})
+            conn.execute(
+                text("UPDATE jobs SET status = 'succeeded', trials_done = 2 WHERE id = :id"),
+                {"id": job["id"]},
+            )
 
     seen: list[tuple[str, int]] = []
     t = threading.Thread(target=finish)
     t.start()
-    done = c.wait(job["id"], poll_seconds=0.05, timeout=30, on_progress=lambda j: seen.append((j["status"], j["trials_done"])))
+    done = c.wait(
+        job["id"],
+        poll_seconds=0.05,
+        timeout=30,
+        on_progress=lambda j: seen.append((j["status"], j["trials_done"])),
+    )
     t.join()
     assert done["status"] == "succeeded" and done["trials_done"] == 2
     assert seen[0] == ("queued", 0) and ("running", 1) in seen and seen[-1] == ("succeeded", 2)
@@ -138,7 +158,12 @@ def test_best_workloads_and_records(sqlite_api: Api) -> None:
     ids = api.run_job(job["id"], 2)
     wid = api.register(worker)
     api.call("POST", f"/v1/workers/{wid}/lease", worker, json={"max_candidates": 2})
-    api.call("POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0], 3.0), result(ids[1], status="crashed")]})
+    api.call(
+        "POST",
+        f"/v1/workers/{wid}/results",
+        worker,
+        json={"results": [result(ids[0], 3.0), result(ids[1], status="crashed")]},
+    )
 
     best = c.best("matmul", MM, target=ZEN)
     assert best["latency_ms"] == 3.0 and best["trace_file"]["format"] == "loomtune.trace/1"
@@ -174,8 +199,13 @@ def test_url_and_token_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("LOOMTUNE_COORDINATOR", "http://127.0.0.1:9/")
     monkeypatch.setenv("LOOMTUNE_TOKEN", "lt_from-env")
     with Client() as c:
-        assert c.url == "http://127.0.0.1:9" and c._headers == {"Authorization": "Bearer lt_from-env"}
-    with Client("http://127.0.0.1:1", "t", timeout=2) as c, pytest.raises(CoordinatorUnreachable) as e:
+        assert c.url == "http://127.0.0.1:9" and c._headers == {
+            "Authorization": "Bearer lt_from-env"
+        }
+    with (
+        Client("http://127.0.0.1:1", "t", timeout=2) as c,
+        pytest.raises(CoordinatorUnreachable) as e,
+    ):
         c.jobs()
     assert e.value.status is None and "cannot reach http://127.0.0.1:1" in str(e.value)
     monkeypatch.delenv("LOOMTUNE_COORDINATOR")

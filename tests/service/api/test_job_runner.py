@@ -36,19 +36,31 @@ class PlayedWorker:
     def step(self, batch: int = 4) -> int:
         from ir.task import task_from_spec
 
-        r = self.api.call("POST", f"/v1/workers/{self.id}/lease", self.secret, json={"max_candidates": batch})
+        r = self.api.call(
+            "POST", f"/v1/workers/{self.id}/lease", self.secret, json={"max_candidates": batch}
+        )
         assert r.status_code == 200, r.text
         results = []
         for c in r.json()["candidates"]:
             task = task_from_spec(c["workload"])
-            res = self.measurer.measure(task, Target.parse(c["target"]), Trace.from_json(c["trace"]))
+            res = self.measurer.measure(
+                task, Target.parse(c["target"]), Trace.from_json(c["trace"])
+            )
             self.measured.append(c["trace_hash"])
-            results.append({
-                "candidate_id": c["candidate_id"], "record_id": str(uuid.uuid4()), "status": res.status,
-                "run_times_ms": list(res.run_times_ms), "message": res.message, "llvm_version": res.llvm_version,
-            })  # fmt: skip
+            results.append(
+                {
+                    "candidate_id": c["candidate_id"],
+                    "record_id": str(uuid.uuid4()),
+                    "status": res.status,
+                    "run_times_ms": list(res.run_times_ms),
+                    "message": res.message,
+                    "llvm_version": res.llvm_version,
+                }
+            )
         if results:
-            p = self.api.call("POST", f"/v1/workers/{self.id}/results", self.secret, json={"results": results})
+            p = self.api.call(
+                "POST", f"/v1/workers/{self.id}/results", self.secret, json={"results": results}
+            )
             assert p.status_code in (200, 409), p.text
         return len(results)
 
@@ -59,7 +71,14 @@ def job(api: Api, secret: str, job_id: int) -> dict[str, Any]:
     return r.json()
 
 
-def serve_until(api: Api, worker: PlayedWorker, secret: str, job_id: int, statuses: tuple[str, ...], timeout: float = 120) -> dict[str, Any]:
+def serve_until(
+    api: Api,
+    worker: PlayedWorker,
+    secret: str,
+    job_id: int,
+    statuses: tuple[str, ...],
+    timeout: float = 120,
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = job(api, secret, job_id)
@@ -80,11 +99,21 @@ def runner_thread(runner: JobRunnerService) -> threading.Thread:
 def test_a_job_runs_to_its_budget_and_its_best_is_queryable(api: Api, strategy: str) -> None:
     worker = PlayedWorker(api)
     client = api.token("client", owner="alice")
-    submitted = api.submit(client, target="host", trials=10, op="matmul", params={"m": 40, "n": 24, "k": 16})
-    r = api.call("POST", "/v1/jobs", client, json={
-        "workload": {"op": "matmul", "params": {"m": 40, "n": 24, "k": 16}}, "target": "host", "trials": 10,
-        "strategy": strategy, "seed": 3,
-    })  # fmt: skip
+    submitted = api.submit(
+        client, target="host", trials=10, op="matmul", params={"m": 40, "n": 24, "k": 16}
+    )
+    r = api.call(
+        "POST",
+        "/v1/jobs",
+        client,
+        json={
+            "workload": {"op": "matmul", "params": {"m": 40, "n": 24, "k": 16}},
+            "target": "host",
+            "trials": 10,
+            "strategy": strategy,
+            "seed": 3,
+        },
+    )
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
     runner = JobRunnerService(api.engine, lease_seconds=30)
@@ -98,8 +127,12 @@ def test_a_job_runs_to_its_budget_and_its_best_is_queryable(api: Api, strategy: 
     assert done["trials_done"] == 10 and done["best_latency_ms"] > 0
     assert api.count("SELECT count(*) FROM records WHERE job_id = :j", j=job_id) == 10
     history = api.call("GET", f"/v1/jobs/{job_id}/history", client).json()
-    assert len(history["points"]) == 10 and history["points"][-1]["best_ms"] == pytest.approx(done["best_latency_ms"])
-    best = api.call("GET", "/v1/schedules/best", client, params={"workload_key": _key(), "target": HOST})
+    assert len(history["points"]) == 10 and history["points"][-1]["best_ms"] == pytest.approx(
+        done["best_latency_ms"]
+    )
+    best = api.call(
+        "GET", "/v1/schedules/best", client, params={"workload_key": _key(), "target": HOST}
+    )
     assert best.status_code == 200, best.text
     assert best.json()["trace_file"]["target"] == HOST
     assert best.json()["latency_ms"] <= done["best_latency_ms"] + 1e-9
@@ -133,9 +166,17 @@ def test_a_space_that_runs_out_succeeds_with_fewer_trials_and_says_so(api: Api) 
     # a 1x1 gelu leaves the design space a handful of distinct schedules
     reachable = distinct_samples("gelu", {"m": 1, "n": 1})
     assert 0 < reachable < 50
-    r = api.call("POST", "/v1/jobs", client, json={
-        "workload": {"op": "gelu", "params": {"m": 1, "n": 1}}, "target": "host", "trials": 50, "strategy": "replay",
-    })  # fmt: skip
+    r = api.call(
+        "POST",
+        "/v1/jobs",
+        client,
+        json={
+            "workload": {"op": "gelu", "params": {"m": 1, "n": 1}},
+            "target": "host",
+            "trials": 50,
+            "strategy": "replay",
+        },
+    )
     job_id = r.json()["id"]
     runner = JobRunnerService(api.engine, lease_seconds=30)
     t = runner_thread(runner)
@@ -148,10 +189,17 @@ def test_a_space_that_runs_out_succeeds_with_fewer_trials_and_says_so(api: Api) 
 def test_cancel_stops_the_runner_and_keeps_the_records(api: Api) -> None:
     worker = PlayedWorker(api)
     client = api.token("client", owner="alice")
-    r = api.call("POST", "/v1/jobs", client, json={
-        "workload": {"op": "matmul", "params": {"m": 48, "n": 32, "k": 16}}, "target": "host", "trials": 200,
-        "strategy": "replay",
-    })  # fmt: skip
+    r = api.call(
+        "POST",
+        "/v1/jobs",
+        client,
+        json={
+            "workload": {"op": "matmul", "params": {"m": 48, "n": 32, "k": 16}},
+            "target": "host",
+            "trials": 200,
+            "strategy": "replay",
+        },
+    )
     job_id = r.json()["id"]
     runner = JobRunnerService(api.engine, lease_seconds=30)
     t = runner_thread(runner)
@@ -162,13 +210,18 @@ def test_cancel_stops_the_runner_and_keeps_the_records(api: Api) -> None:
     assert not t.is_alive()
     state = job(api, client, job_id)
     assert state["status"] == "cancelled" and 5 <= state["trials_done"] < 200
-    assert api.count("SELECT count(*) FROM records WHERE job_id = :j", j=job_id) == state["trials_done"]
+    assert (
+        api.count("SELECT count(*) FROM records WHERE job_id = :j", j=job_id)
+        == state["trials_done"]
+    )
 
 
 def test_a_restarted_coordinator_resumes_the_job_from_the_database(api: Api) -> None:
     worker = PlayedWorker(api)
     client = api.token("client", owner="alice")
-    job_id = api.submit(client, target="host", trials=24, op="matmul", params={"m": 48, "n": 32, "k": 16})["id"]
+    job_id = api.submit(
+        client, target="host", trials=24, op="matmul", params={"m": 48, "n": 32, "k": 16}
+    )["id"]
     first = JobRunnerService(api.engine, lease_seconds=1.5, name="first")
     t = runner_thread(first)
     while job(api, client, job_id)["trials_done"] < 6:
@@ -182,7 +235,9 @@ def test_a_restarted_coordinator_resumes_the_job_from_the_database(api: Api) -> 
     done = serve_until(api, worker, client, job_id, ("succeeded", "failed"))
     t2.join(30)
     assert done["status"] == "succeeded" and done["trials_done"] == 24
-    hashes = [h for (h,) in _rows(api, "SELECT trace_hash FROM records WHERE job_id = :j", j=job_id)]
+    hashes = [
+        h for (h,) in _rows(api, "SELECT trace_hash FROM records WHERE job_id = :j", j=job_id)
+    ]
     assert len(hashes) == 24 and len(set(hashes)) == 24
 
 
@@ -199,7 +254,12 @@ def test_two_runners_never_drive_the_same_job(api: Api) -> None:
     client = api.token("client", owner="alice")
     api.token("worker", owner="lab")
     PlayedWorker(api)
-    ids = [api.submit(client, target="host", trials=5, op="matmul", params={"m": 8 + i, "n": 8, "k": 8})["id"] for i in range(3)]
+    ids = [
+        api.submit(
+            client, target="host", trials=5, op="matmul", params={"m": 8 + i, "n": 8, "k": 8}
+        )["id"]
+        for i in range(3)
+    ]
     claimed: list[int] = []
     lock = threading.Lock()
 

@@ -53,7 +53,11 @@ def _packed_4x24(space, task) -> Trace:  # type: ignore[no-untyped-def]
     for seed in range(200):
         rules = space.rule_part(space.sample(random.Random(seed)))
         kinds = [i.kind for i in rules.instructions]
-        levels = [rules.decisions[i] for i, inst in enumerate(rules.instructions) if inst.kind == "sample_loop"]
+        levels = [
+            rules.decisions[i]
+            for i, inst in enumerate(rules.instructions)
+            if inst.kind == "sample_loop"
+        ]
         if "pack_panels" in kinds and levels == [1]:  # written back after S1 (structural)
             break
     else:
@@ -82,7 +86,9 @@ def test_the_space_holds_the_packed_register_tiled_structure_with_the_epilogue_f
     loops = loops_above(program, "XW")
     assert [lp.kind for lp in loops[-2:]] == ["unrolled", "vectorized"]
     ir_text = emit_module(lower(program), "dense", vector_bits=256)
-    assert "<8 x float>" in ir_text and "<24 x float>" not in ir_text  # three registers, not one odd vector
+    assert (
+        "<8 x float>" in ir_text and "<24 x float>" not in ir_text
+    )  # three registers, not one odd vector
     assert int(loops[-1].extent.value) == 24 and int(loops[-2].extent.value) == 4  # type: ignore[attr-defined]
     wb_loops = loops_above(program, writeback.block.name)
     assert [int(lp.extent.value) for lp in wb_loops[-2:]] == [4, 24]  # type: ignore[attr-defined]

@@ -164,7 +164,11 @@ def test_a_structural_mutation_is_re_derived_keeping_the_other_decisions() -> No
         assert new_rules is not None
 
         def tiles(t: Trace) -> list[object]:
-            return [t.decisions[i] for i, x in enumerate(t.instructions) if x.kind == "sample_perfect_tile"]
+            return [
+                t.decisions[i]
+                for i, x in enumerate(t.instructions)
+                if x.kind == "sample_perfect_tile"
+            ]
 
         assert tiles(new_rules) == tiles(rules)
         check_correct(task, mutant, AVX2_2_THREADS)
@@ -175,7 +179,9 @@ def test_a_structural_mutation_is_re_derived_keeping_the_other_decisions() -> No
 def test_space_mutation_reaches_both_pack_choices() -> None:
     """Through `RuleSpace.mutate`, a walk from a packed matmul reaches unpacked traces and back."""
     task = odd_task("matmul")
-    space = default_space(task.program, AVX2_2_THREADS, mutators={"structure": 1.0, "tile-size": 1.0})
+    space = default_space(
+        task.program, AVX2_2_THREADS, mutators={"structure": 1.0, "tile-size": 1.0}
+    )
     rng = random.Random(4)
     trace = space.sample(rng)
     seen = set()

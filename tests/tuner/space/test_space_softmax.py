@@ -178,7 +178,9 @@ def test_a_moved_block_leaves_no_root_nest_without_its_annotations() -> None:
         assert rules is not None
         program = rules.apply(task.program).program
         nests = [names for names in root_nests(program) if names]
-        block_of = {i.outputs[0]: i.attr("name") for i in rules.instructions if i.kind == "get_block"}
+        block_of = {
+            i.outputs[0]: i.attr("name") for i in rules.instructions if i.kind == "get_block"
+        }
         annotated = {
             block_of[i.inputs[0].name]
             for i in rules.instructions
@@ -187,5 +189,7 @@ def test_a_moved_block_leaves_no_root_nest_without_its_annotations() -> None:
         assert annotated == {names[0] for names in nests}, (annotated, nests)
         before = space.rule_part(trace)
         assert before is not None
-        nests_changed += len(nests) != len([n for n in root_nests(before.apply(task.program).program) if n])
+        nests_changed += len(nests) != len(
+            [n for n in root_nests(before.apply(task.program).program) if n]
+        )
     assert nests_changed > 0, "no mutant changed the number of root nests: the test shows nothing"

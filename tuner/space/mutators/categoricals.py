@@ -49,7 +49,9 @@ class MutateLoopChoice(Mutator):
             return None
         i = rng.choice(sites)
         old = trace.decisions[i]
-        return trace.with_decision(i, rng.choice([k for k in range(len(trace.instructions[i].inputs[0])) if k != old]))
+        return trace.with_decision(
+            i, rng.choice([k for k in range(len(trace.instructions[i].inputs[0])) if k != old])
+        )
 
 
 @MUTATORS.register("structure")

@@ -134,7 +134,9 @@ class MultiLevelTiling(ScheduleRule):
         ]
         drawn = self._draw(sch, shapes, roles, vector_axis, ctx)
         tiles: list[list[IntRV]] = [
-            sch.sample_perfect_tile(lp, n=n, max_innermost_factor=bound, decision=decision, cover=role == "spatial")
+            sch.sample_perfect_tile(
+                lp, n=n, max_innermost_factor=bound, decision=decision, cover=role == "spatial"
+            )
             for lp, (_, n, bound), decision, role in zip(loops, shapes, drawn, roles)
         ]
 
@@ -162,7 +164,9 @@ class MultiLevelTiling(ScheduleRule):
         if len(order) > 1:
             sch.reorder(*order)
         if pack is not None:
-            outside = self.structure[: self.structure.index("R")].count("S")  # S levels outside every R
+            outside = self.structure[: self.structure.index("R")].count(
+                "S"
+            )  # S levels outside every R
             self._place_pack(sch, pack, parts[vector_axis][:outside])
 
         # 4. the local accumulator, its write-back (with element-wise consumers folded in)
@@ -222,7 +226,9 @@ class MultiLevelTiling(ScheduleRule):
         fallback: list[list[int]] | None = None
         for _ in range(_DRAWS):
             drawn = [
-                (sample_cover_tile if role == "spatial" else sample_perfect_tile)(sch.rng, ext, n, bnd)
+                (sample_cover_tile if role == "spatial" else sample_perfect_tile)(
+                    sch.rng, ext, n, bnd
+                )
                 for (ext, n, bnd), role in zip(shapes, roles)
             ]
             vector = drawn[vector_axis][-1]
@@ -253,7 +259,9 @@ class MultiLevelTiling(ScheduleRule):
             p = self.pack_probability
             if p <= 0 or int(sch.sample_categorical([0, 1], [1 - p, p])) == 0:
                 return None
-            return sch.pack_panels(block, rd.buffer.name, width)  # width: the tile's RV, not a literal
+            return sch.pack_panels(
+                block, rd.buffer.name, width
+            )  # width: the tile's RV, not a literal
         return None
 
     @staticmethod
