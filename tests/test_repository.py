@@ -26,3 +26,29 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
 def test_readme_main_command_runs_loomtune() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "loomtune run matmul" in _command_after(readme, "matmul against numpy:")
+
+
+_CODE_FOLDERS = ("ir", "codegen", "tuner", "workers", "service", "migrations", "loomtune")
+
+
+def _section(text: str, heading: str) -> str:
+    m = re.search(r"^## " + re.escape(heading) + r"\n(.+?)(?=^## |\Z)", text, re.S | re.M)
+    assert m, f"README has no section {heading!r}"
+    return m.group(1)
+
+
+def test_readme_is_short() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 260, f"README.md has {len(lines)} lines; long explanations go to docs/"
+
+
+def test_readme_configuration_lists_every_environment_variable() -> None:
+    """Every LOOMTUNE_ variable the code, the tests or the benchmarks read is documented."""
+    names: set[str] = set()
+    for folder in (*_CODE_FOLDERS, "tests", "benchmarks"):
+        for path in (ROOT / folder).rglob("*.py"):
+            names |= set(re.findall(r"\bLOOMTUNE_[A-Z0-9_]*[A-Z0-9]\b", path.read_text()))
+    assert len(names) >= 10, names  # the grep itself works
+    configuration = _section((ROOT / "README.md").read_text(), "Configuration")
+    missing = sorted(n for n in names if f"`{n}`" not in configuration)
+    assert not missing, f"README's Configuration section does not list {missing}"
