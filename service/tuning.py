@@ -12,14 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from codegen.host import host_target
 from codegen.kernel import Kernel, compile_program
-from codegen.target import Target
+from ir.target import Target
 from ir.task import Task
 from tuner.database import Database, TuningRecord
 from tuner.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
 from tuner.runner import Runner
+from tuner.search.strategy import SearchContext, default_strategy, make_strategy
 from tuner.space.base import DesignSpace
-from tuner.strategy import SearchContext, default_strategy, make_strategy
 from tuner.trace.trace import Trace
 from workers.compare import Comparison, compare_with_numpy
 from workers.finalists import FINALISTS, Finalist, select_fastest
@@ -115,7 +116,7 @@ def tune_task(
         from service.db.store import open_database
 
         database = open_database()
-    target = Target.host(threads)
+    target = host_target(threads)
     canonical = target.canonical()
     name = strategy or default_strategy()
     context = SearchContext(task, canonical, make_space(task, target), database)
@@ -175,14 +176,19 @@ def tune_tasks(
     should_stop: Callable[[], bool] | None = None,
     compare: bool = True,
 ) -> TasksOutcome:
-    """Share `trials` among weighted tasks (`tuner.task_scheduler`), then check each best."""
-    from tuner.task_scheduler import ScheduledTask, SchedulerConfig, TaskScheduler, scheduled_tasks
+    """Share `trials` among weighted tasks (`tuner.search.task_scheduler`), then check each best."""
+    from tuner.search.task_scheduler import (
+        ScheduledTask,
+        SchedulerConfig,
+        TaskScheduler,
+        scheduled_tasks,
+    )
 
     if database is None:
         from service.db.store import open_database
 
         database = open_database()
-    target = Target.host(threads)
+    target = host_target(threads)
     canonical = target.canonical()
     name = strategy or default_strategy()
     scheduled = scheduled_tasks(

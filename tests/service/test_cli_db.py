@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.target import Target
+from codegen.host import host_target
 from ir.task import library_task
 from service.db.store import open_database
 from tuner.database import TuningRecord
@@ -24,8 +24,8 @@ from tuner.trace.traced_schedule import TracedSchedule
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = {"m": 48, "n": 32, "k": 16}
-HOST1 = Target.host(1).canonical()
-HOST2 = Target.host(2).canonical()
+HOST1 = host_target(1).canonical()
+HOST2 = host_target(2).canonical()
 
 
 def loomtune(url: str, *args: str) -> subprocess.CompletedProcess[str]:

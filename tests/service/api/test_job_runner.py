@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from codegen.target import Target
-from service.job_runner import JobRunnerService
+from codegen.host import host_target
+from ir.target import Target
+from service.coordinator.runner import JobRunnerService
 from tests.service.api.apikit import Api
 from tuner.trace.trace import Trace
 from workers.measure import Measurer
 
-HOST = Target.host(1).canonical()
+HOST = host_target(1).canonical()
 
 
 class PlayedWorker:
@@ -150,12 +151,12 @@ def distinct_samples(op: str, params: dict[str, int], draws: int = 400) -> int:
     """How many distinct traces random sampling of the op's default space reaches."""
     import random
 
-    from codegen.target import Target
+    from codegen.host import host_target
     from ir.task import library_task
     from tuner.space import default_space
 
     task = library_task(op, params)
-    space = default_space(task.program, Target.host(1))
+    space = default_space(task.program, host_target(1))
     rng = random.Random(0)
     return len({space.sample(rng).hash for _ in range(draws)})
 
@@ -249,7 +250,7 @@ def _rows(api: Api, sql: str, **params: Any) -> list[tuple[Any, ...]]:
 
 
 def test_two_runners_never_drive_the_same_job(api: Api) -> None:
-    from service import jobs
+    from service.coordinator import jobs
 
     client = api.token("client", owner="alice")
     api.token("worker", owner="lab")

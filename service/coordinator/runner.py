@@ -1,6 +1,6 @@
 """The coordinator's job runner: drives queued jobs with the tuner's own loop.
 
-One thread per coordinator process claims a job (`service.jobs.claim_job`, a
+One thread per coordinator process claims a job (`service.coordinator.jobs.claim_job`, a
 lease on the job so that with several coordinators on one PostgreSQL each job
 has exactly one driver), rebuilds its search from the database (the strategy
 de-duplicates against every stored record and the evolutionary model warm-
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from ir.task import Task
-from service import jobs
+from service.coordinator import jobs
 from service.db.session import Sessions
 from service.db.store import SQLDatabase
 from tuner.database import TuningRecord
 from tuner.loop import tune_loop
 from tuner.runner import MeasureResult, RunnerFuture
-from tuner.strategy import SearchContext, make_strategy
+from tuner.search.strategy import SearchContext, make_strategy
 from tuner.trace.trace import Trace
 
 log = logging.getLogger("loomtune.jobs")
@@ -184,7 +184,7 @@ class JobRunnerService:
         return True
 
     def drive(self, job_id: int, task: Task, target: str, strategy_name: str, seed: int) -> None:
-        from codegen.target import Target
+        from codegen.host import parse_target
         from service.tuning import make_space
 
         runner = LeaseRunner(self.sessions, job_id, self.name, self.lease_seconds, self._stop)
@@ -197,7 +197,7 @@ class JobRunnerService:
             remaining = max(0, progress.budget - progress.trials_done - len(pending))
             database = SQLDatabase(self.engine)
             context = SearchContext(
-                task, target, make_space(task, Target.parse(target)), database, pending
+                task, target, make_space(task, parse_target(target)), database, pending
             )
             strategy = make_strategy(strategy_name, context, seed)
             log.info("job %d: %s on %s, %d trials to go", job_id, task.op, target, remaining)
