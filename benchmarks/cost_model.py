@@ -453,11 +453,11 @@ def run(
     file (see the module's docstring). Tests pass a simulated `runner`, a
     `target` name and a `database_url`.
     """
-    from codegen.target import Target
+    from codegen.host import host_target
     from service.db.store import open_database
 
     workloads, trials = (QUICK_WORKLOADS, QUICK_TRIALS) if quick else (WORKLOADS, TRIALS)
-    target = target or Target.host(1).canonical()
+    target = target or host_target(1).canonical()
     cache = None if quick or database_url else _cache_file(workloads, trials, seed, target)
     with tempfile.TemporaryDirectory(prefix="loomtune-cost-model-") as tmp:
         if database_url is None:

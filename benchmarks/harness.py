@@ -39,8 +39,8 @@ import threadpoolctl
 from benchmarks.programs import SUITES, Case, Suite
 from codegen import jit
 from codegen.emit import emit_module
+from codegen.host import host_target
 from codegen.kernel import Kernel, compile_program
-from codegen.target import Target
 from ir.errors import LoomtuneError
 from ir.lower import lower
 from ir.task import gflops, library_task
@@ -181,7 +181,7 @@ def compile_cold(case: Case) -> tuple[Kernel, float]:
     """Compile with an empty compile cache; (kernel, milliseconds)."""
     jit.cache_clear()
     start = time.perf_counter_ns()
-    kernel = compile_program(case.program, Target.host(case.threads))
+    kernel = compile_program(case.program, host_target(case.threads))
     return kernel, (time.perf_counter_ns() - start) / 1e6
 
 
@@ -308,7 +308,7 @@ def case_dict(case: Case) -> dict[str, Any]:
         "loops": [spec.to_dict() for spec in case.loops],
         "threads": case.threads,
         "group": case.group,
-        "target": Target.host(case.threads).canonical(),
+        "target": host_target(case.threads).canonical(),
         "workload_key": case.task.key,
         "flops": case.task.flops,
     }
@@ -419,7 +419,7 @@ def compile_phases(case: Case) -> dict[str, float]:
 
     Mirrors ``compile_program``'s steps so a slow compile can be blamed on one.
     """
-    target = Target.host(case.threads)
+    target = host_target(case.threads)
     jit.cache_clear()
     t0 = time.perf_counter_ns()
     lowered = lower(case.program)
@@ -536,7 +536,7 @@ def warm_up_llvm() -> float:
     task = library_task("gelu", {"m": 2, "n": 8})
     jit.cache_clear()
     start = time.perf_counter_ns()
-    compile_program(task.program, Target.host())
+    compile_program(task.program, host_target())
     return (time.perf_counter_ns() - start) / 1e6
 
 
@@ -620,7 +620,7 @@ def run_suite(
         "utc": started.isoformat().replace("+00:00", "Z"),
         "wall_s": time.perf_counter() - wall,
         "machine": machine_info().to_dict(),
-        "target": Target.host().canonical(),
+        "target": host_target().canonical(),
         "loomtune_version": importlib.metadata.version("loomtune"),
         "environment": environment or {},
         "measure": measure,

@@ -366,7 +366,7 @@ def _gemm_cases(quick: bool) -> list[Case]:
     import importlib.util
     from pathlib import Path
 
-    from codegen.target import Target
+    from codegen.host import host_target
     from tuner.trace.file import TraceFile
 
     examples = Path(__file__).resolve().parent.parent / "examples"
@@ -376,7 +376,7 @@ def _gemm_cases(quick: bool) -> list[Case]:
     spec.loader.exec_module(gemm_traces)
     n = 192 if quick else 1024
     cases = []
-    for name, threads in gemm_traces.trace_files(Target.host().vector_bits):
+    for name, threads in gemm_traces.trace_files(host_target().vector_bits):
         trace_file = TraceFile.load(examples / name)
         task = trace_file.task({"m": str(n), "n": str(n), "k": str(n)})
         program = trace_file.trace.apply(task.program, repair=True).program

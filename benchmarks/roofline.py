@@ -20,8 +20,9 @@ import time
 
 import numpy as np
 
+from codegen.host import host_target
 from codegen.jit import compile_ir
-from codegen.target import Target
+from ir.target import Target
 
 SYMBOL = "loomtune_fma_peak"
 
@@ -70,7 +71,7 @@ def probe_ir(lanes: int, chains: int) -> str:
 
 def fma_peak_gflops(target: Target | None = None, *, calls: int = 5, seconds: float = 0.2) -> float:
     """The fastest of `calls` timed runs of the probe (each about `seconds` long), in GFLOP/s."""
-    target = target or Target.host(1)
+    target = target or host_target(1)
     lanes = target.vector_bits // 32
     chains = accumulators(target.vector_bits)
     module = compile_ir(probe_ir(lanes, chains), target)

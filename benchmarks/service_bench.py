@@ -307,7 +307,7 @@ class Fleet:
     def __init__(self, coordinator: Coordinator, engine: Any) -> None:
         import httpx
 
-        from codegen.target import Target
+        from codegen.host import parse_target
         from ir.task import library_task
         from service import jobs
         from service.db.session import Sessions
@@ -326,7 +326,7 @@ class Fleet:
                 s,
                 owner="bench",
                 task=library_task(op, params),
-                target=Target.parse(SIM_TARGET).canonical(),
+                target=parse_target(SIM_TARGET).canonical(),
                 trials=10**9,
                 strategy="replay",
                 seed=0,

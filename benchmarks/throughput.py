@@ -98,14 +98,14 @@ class Setup:
 
 
 def make_space(name: str, task: Task) -> Any:
-    from codegen.target import Target
+    from codegen.host import host_target
     from tuner.space import default_space
     from tuner.space.simple import SimpleSpace
 
     if name == "simple":
         return SimpleSpace(task.program, threads=1)
     if name == "rules":
-        return default_space(task.program, Target.host(1))
+        return default_space(task.program, host_target(1))
     raise ValueError(f"unknown space {name!r}; known: {', '.join(SPACES)}")
 
 
@@ -278,7 +278,7 @@ def measure_run(
     log: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """One workload in one setup: a fresh pool and database, the loop timed; one result row."""
-    from codegen.target import Target
+    from codegen.host import host_target
     from service.db.store import open_database
     from tuner.loop import tune_loop
     from tuner.strategy import SearchContext, make_strategy
@@ -286,7 +286,7 @@ def measure_run(
 
     meter = meter or _unmetered
     task = workload.task()
-    target = Target.host(1).canonical()
+    target = host_target(1).canonical()
     name = f"{setup.slots or 'all'}-{setup.space}-{task.op}-{task.key[:12]}.sqlite"
     clock = Clock()
     database = TimedDatabase(open_database(f"sqlite:///{folder / name}"), clock)

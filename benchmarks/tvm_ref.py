@@ -109,7 +109,7 @@ def _one_thread_env() -> None:
 
 def host_target() -> dict[str, Any]:
     """TVM's target for this machine at one thread: LLVM's name for the host CPU."""
-    from codegen.target import host_cpu_name
+    from codegen.host import host_cpu_name
 
     return {"kind": "llvm", "mcpu": host_cpu_name(), "num-cores": 1}
 

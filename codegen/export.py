@@ -31,10 +31,10 @@ from codegen.jit import (
     write_llvm_ir,
     write_object,
 )
-from codegen.target import Target
 from ir.errors import LoomtuneError
 from ir.lower import lower
 from ir.program import Program
+from ir.target import Target
 
 __all__ = [
     "C_TYPES",

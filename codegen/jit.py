@@ -25,8 +25,9 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
-from codegen.target import Target, host_cpu_disabled_features, host_cpu_name
+from codegen.host import host_cpu_disabled_features, host_cpu_name
 from ir.errors import LoomtuneError
+from ir.target import Target
 
 __all__ = [
     "CACHE_SIZE",

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen.emit import emit_module
+from codegen.host import host_target
 from codegen.jit import CompiledModule, compile_ir
-from codegen.target import Target
 from ir import dtype as dt
 from ir.errors import LoomtuneError
 from ir.lower import lower
 from ir.program import Program
+from ir.target import Target
 
 
 class KernelArgumentError(LoomtuneError):
@@ -106,7 +107,7 @@ def compile_program(
     loop_vectorize: bool = True,
 ) -> Kernel:
     """Lower, emit LLVM IR, optimise (O3, target CPU) and JIT; cached by the IR text."""
-    target = target or Target.host()
+    target = target or host_target()
     symbol = symbol or program.name
     lowered = lower(program)
     text = emit_module(

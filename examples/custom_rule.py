@@ -56,14 +56,14 @@ class TileTranspose(ScheduleRule):
 
 
 def main() -> None:
+    from codegen.host import host_target
     from codegen.kernel import compile_program
-    from codegen.target import Target
     from ir.task import library_task
     from tuner.space import SpaceRejected, default_space
     from workers.compare import compare_with_numpy
 
     task = library_task("transpose", {"m": 1024, "n": 1024})
-    target = Target.host(1)
+    target = host_target(1)
     for label, rules in (
         ("default rules", DEFAULT_RULES),
         ("+ tile-transpose", (*DEFAULT_RULES, "tile-transpose")),

@@ -4,61 +4,25 @@ A target string is ``host`` or ``llvm -mcpu=<cpu> -mattr=<+f1,+f2,...>
 -num-threads=<N>`` (flags in any order; ``-mattr`` and ``-num-threads``
 optional). The canonical form lists only the enabled features, sorted, so two
 spellings of one machine give one string: records are keyed by it.
+
+Pure data: ``host`` is resolved by whoever knows the machine (see
+:func:`codegen.host.parse_target`), so the tuner can reason about targets
+without LLVM.
 """
 
 from __future__ import annotations
 
-import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-
-import llvmlite.binding as llvm
 
 from ir.errors import LoomtuneError
 
-__all__ = [
-    "Target",
-    "TargetError",
-    "host_cpu_disabled_features",
-    "host_cpu_features",
-    "host_cpu_name",
-    "llvm_version",
-]
+__all__ = ["Target", "TargetError"]
 
 
 class TargetError(LoomtuneError, ValueError):
     """A target string or record that cannot describe a machine."""
-
-
-@functools.cache
-def host_cpu_name() -> str:
-    """LLVM's name for this machine's CPU (``znver3``, ``skylake-avx512``, ...)."""
-    return str(llvm.get_host_cpu_name())
-
-
-@functools.cache
-def _host_feature_map() -> dict[str, bool]:
-    # Host detection reads CPUID once; the answer cannot change in a process.
-    return dict(llvm.get_host_cpu_features())
-
-
-def host_cpu_features() -> tuple[str, ...]:
-    """The features this CPU has enabled, sorted, each as ``+name``."""
-    return tuple(sorted(f"+{name}" for name, on in _host_feature_map().items() if on))
-
-
-def host_cpu_disabled_features() -> tuple[str, ...]:
-    """Features LLVM knows but this CPU lacks (``-name``), sorted.
-
-    Needed because a CPU name implies features a hypervisor may hide; see
-    :func:`codegen.jit.create_target_machine`.
-    """
-    return tuple(sorted(f"-{name}" for name, on in _host_feature_map().items() if not on))
-
-
-def llvm_version() -> str:
-    """The version of the LLVM llvmlite was built with, e.g. ``22.1.0``."""
-    return ".".join(str(part) for part in llvm.llvm_version_info)
 
 
 # An LLVM CPU or feature name: letters, digits and a few separators.
@@ -102,17 +66,13 @@ class Target:
         object.__setattr__(self, "features", _normalise_features(tuple(self.features)))
 
     @classmethod
-    def host(cls, num_threads: int = 1) -> Target:
-        """This machine, as LLVM detects it."""
-        return cls(host_cpu_name(), host_cpu_features(), num_threads)
-
-    @classmethod
-    def parse(cls, text: str) -> Target:
+    def parse(cls, text: str, host: Callable[[int], Target] | None = None) -> Target:
         """Read ``host`` or ``llvm -mcpu=... [-mattr=...] [-num-threads=N]``.
 
-        ``host`` may be followed by ``-num-threads=N`` only. In ``-mattr``,
-        ``-name`` entries are accepted and dropped: a target is the set of
-        features it has.
+        ``host`` may be followed by ``-num-threads=N`` only and is resolved by
+        ``host(num_threads)``; without a resolver it is an error. In
+        ``-mattr``, ``-name`` entries are accepted and dropped: a target is the
+        set of features it has.
         """
         if not isinstance(text, str):
             raise TargetError(f"a target must be a string, got {type(text).__name__}")
@@ -141,7 +101,12 @@ class Target:
 
         threads = _parse_threads(values.get("-num-threads", "1"))
         if kind == "host":
-            return cls.host(threads)
+            if host is None:
+                raise TargetError(
+                    "'host' names the machine this runs on: resolve it with "
+                    "codegen.host.parse_target"
+                )
+            return host(threads)
         if "-mcpu" not in values:
             raise TargetError(f"missing -mcpu=<cpu> in target {text.strip()!r}")
         features = _parse_mattr(values["-mattr"]) if "-mattr" in values else ()
@@ -165,11 +130,6 @@ class Target:
     def with_threads(self, num_threads: int) -> Target:
         """The same CPU with another thread count."""
         return replace(self, num_threads=num_threads)
-
-    @property
-    def is_host(self) -> bool:
-        """Whether this names this machine's CPU with exactly its features."""
-        return self.cpu == host_cpu_name() and self.features == host_cpu_features()
 
     @property
     def vector_bits(self) -> int:

@@ -142,11 +142,11 @@ def load_best(
     database_url: str | None = None,
 ) -> Kernel:
     """The kernel of the best stored record of `workload` on `target` (nothing is measured)."""
+    from codegen.host import parse_target
     from codegen.kernel import compile_program
-    from codegen.target import Target
 
     t = task(workload, params)
-    tgt = Target.parse(target)
+    tgt = parse_target(target)
     if threads is not None:
         tgt = tgt.with_threads(threads)
     record = _database(database_url).best(t.key, tgt.canonical())

@@ -7,7 +7,7 @@ below are two implementations of the same protocol, tested by one suite.
 Rules every implementation keeps:
 
 - records of two targets never mix: every query names a target (its
-  canonical string, see `codegen.target.Target.canonical`);
+  canonical string, see `ir.target.Target.canonical`);
 - only `ok` records have a median and only they are ever "best": a wrong
   result is never fast, however short its run time;
 - a trace counts as measured once per (workload key, target, trace hash):

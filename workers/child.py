@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, fields
 from typing import Any, TextIO
 
-from codegen.target import Target
+from codegen.host import parse_target
 from ir.errors import LoomtuneError
 from ir.library import max_bytes
 from ir.task import Task, task_from_spec
@@ -96,7 +96,7 @@ class Child:
     def handle(self, request: dict[str, Any]) -> MeasureResult:
         try:
             task = self.task(request["workload"])
-            target = Target.parse(request["target"])
+            target = parse_target(request["target"])
             trace = Trace.from_json(request["trace"])
             config = config_from_json(request.get("config"))
         except (LoomtuneError, KeyError, TypeError, ValueError) as e:

@@ -301,7 +301,7 @@ class WorkerDaemon:
         log: Callable[[str], None] = default_log,
         env: dict[str, str] | None = None,
     ) -> None:
-        from codegen.target import Target, llvm_version
+        from codegen.host import host_target, llvm_version
 
         self.config = config
         self.log = log
@@ -309,7 +309,7 @@ class WorkerDaemon:
         self.cores = (
             config.cores if config.cores is not None else tuple(sorted(os.sched_getaffinity(0)))
         )
-        self.target = Target.host(config.threads).canonical()
+        self.target = host_target(config.threads).canonical()
         self.llvm_version = llvm_version()[: P.MAX_VERSION_CHARS]
         self.loomtune_version = _loomtune_version()
         self.name = (
@@ -452,9 +452,9 @@ class WorkerDaemon:
         self.heartbeat_seconds = self._heartbeat_interval(
             reply.heartbeat_seconds, reply.lease_seconds
         )
-        from codegen.target import Target
+        from codegen.host import parse_target
 
-        t = Target.parse(reply.target)
+        t = parse_target(reply.target)
         self.log(
             f"registered as worker {reply.id} ({self.name}) at {self.link.base}: target {t.cpu} "
             f"({len(t.features)} features), {t.num_threads} thread(s); "

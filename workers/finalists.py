@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from codegen.kernel import Kernel, compile_program
-from codegen.target import Target
 from ir.errors import LoomtuneError
 from ir.schedule import ScheduleError
+from ir.target import Target
 from ir.task import Task
 from tuner.database import TuningRecord
 from tuner.trace.errors import TraceError

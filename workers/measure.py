@@ -23,13 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen.emit import emit_module
+from codegen.host import llvm_version
 from codegen.jit import compile_ir
 from codegen.kernel import Kernel
-from codegen.target import Target, llvm_version
 from ir.errors import LoomtuneError
 from ir.lower import lower
 from ir.node import walk
 from ir.program import Block, For, Program
+from ir.target import Target
 from ir.task import Task
 from tuner.runner import MeasureResult
 from tuner.trace.trace import Trace

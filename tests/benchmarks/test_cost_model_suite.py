@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks import cost_model
 from benchmarks.report import markdown_table, tables
-from codegen.target import Target
+from codegen.host import host_target
 from service.db.store import open_database
 from tuner.simulated import SimulatedRunner
 
@@ -46,7 +46,7 @@ def test_every_model_and_setting_is_scored_on_every_workload(simulated_run) -> N
     assert cm["records"] == len(labels) * cost_model.QUICK_TRIALS
     assert [w["records"] for w in cm["workloads"]] == [cost_model.QUICK_TRIALS] * len(labels)
     assert all(w["ok"] == w["records"] and w["best_ms"] <= w["worst_ms"] for w in cm["workloads"])
-    assert cm["runner"] == "SimulatedRunner" and cm["target"] == Target.host(1).canonical()
+    assert cm["runner"] == "SimulatedRunner" and cm["target"] == host_target(1).canonical()
     assert cm["children_cpu_s"] >= 0 and cm["measure"] is None
     assert (
         cm["collection_s"] >= 0
@@ -67,7 +67,7 @@ def test_collecting_again_measures_nothing_new(simulated_run) -> None:
         trials=cost_model.QUICK_TRIALS,
         seed=0,
         database=database,
-        target=Target.host(1).canonical(),
+        target=host_target(1).canonical(),
         runner=runner,
     )
     assert runner.measured == 0 and set(spent.values()) == {0.0}

@@ -7,12 +7,12 @@ import math
 import pytest
 
 from benchmarks import roofline, tune
+from codegen.host import host_target
 from codegen.jit import compile_ir
-from codegen.target import Target
 
 
 def test_the_probe_is_independent_vector_fmas_without_memory_in_the_loop() -> None:
-    target = Target.host(1)
+    target = host_target(1)
     lanes = target.vector_bits // 32
     chains = roofline.accumulators(target.vector_bits)
     ir = roofline.probe_ir(lanes, chains)
@@ -35,7 +35,7 @@ def test_accumulators_fill_the_register_file_but_leave_spares() -> None:
 
 def test_peak_is_a_finite_rate_and_counts_two_flops_per_lane_and_fma() -> None:
     peak = roofline.fma_peak_gflops(calls=2, seconds=0.02)
-    lanes = Target.host(1).vector_bits // 32
+    lanes = host_target(1).vector_bits // 32
     assert math.isfinite(peak) and peak > 0
     # At most 2 FMA pipes at 6 GHz: a far larger figure means the loop was optimised away.
     assert peak < 2 * 2 * lanes * 6.0

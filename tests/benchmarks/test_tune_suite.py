@@ -255,11 +255,11 @@ def test_evo_replay_is_judged_head_to_head_when_the_result_has_it() -> None:
 def test_duel_at_times_each_runs_best_after_n_trials(tmp_path: Path) -> None:
     import random
 
-    from codegen.target import Target
+    from codegen.host import host_target
     from tuner.space import default_space
 
     task = library_task("matmul", {"m": 32, "n": 48, "k": 16})
-    target = Target.host(1)
+    target = host_target(1)
     space = default_space(task.program, target)
     a, b = (space.sample(random.Random(s)).to_json() for s in (1, 2))
     ctx = tune.Context(
@@ -472,11 +472,11 @@ def test_reuse_is_judged_head_to_head_when_the_result_has_it() -> None:
 def test_head_to_head_times_verified_kernels_of_each_run_in_one_call(tmp_path: Path) -> None:
     import random
 
-    from codegen.target import Target
+    from codegen.host import host_target
     from tuner.space import default_space
 
     task = library_task("matmul", {"m": 32, "n": 48, "k": 16})
-    target = Target.host(1)
+    target = host_target(1)
     space = default_space(task.program, target)
     traces = [space.sample(random.Random(s)) for s in (1, 2)]
     rows = {

@@ -24,7 +24,7 @@ import pytest
 from loopkit import with_loop
 
 from codegen.export import ExportError, c_header, check_symbol, export_kernel
-from codegen.target import Target
+from codegen.host import host_target
 from ir.task import library_task
 
 HAS_CC = shutil.which("cc") is not None
@@ -244,7 +244,7 @@ def test_parallel_gelu_so_runs_from_c(tmp_path: Path) -> None:
     m, n = 37, 19  # 37 rows over 2 threads: an uneven split
     program = with_loop(library_task("gelu", {"m": m, "n": n}).program, "i", "parallel")
     written = export_kernel(
-        program, Target.host(2), symbol="gelu_par", fmt="so", output=tmp_path / "libgelu.so"
+        program, host_target(2), symbol="gelu_par", fmt="so", output=tmp_path / "libgelu.so"
     )
     assert written == [tmp_path / "libgelu.so", tmp_path / "libgelu.h"]
     assert "int gelu_par(const float* X, float* Y);" in (tmp_path / "libgelu.h").read_text()
@@ -496,5 +496,5 @@ def test_check_symbol_refuses_names_c_cannot_use(bad: str) -> None:
 def test_export_kernel_refuses_unknown_format(tmp_path: Path) -> None:
     program = library_task("transpose", {"m": 2, "n": 3}).program
     with pytest.raises(ExportError, match="unknown export format 'dll'"):
-        export_kernel(program, Target.host(), symbol="t", fmt="dll", output=tmp_path / "t.dll")
+        export_kernel(program, host_target(), symbol="t", fmt="dll", output=tmp_path / "t.dll")
     check_symbol("my_kernel")  # an ordinary name passes

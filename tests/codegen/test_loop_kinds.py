@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from codegen.emit import emit_module
+from codegen.host import host_target
 from codegen.jit import compile_ir
 from codegen.kernel import compile_program
-from codegen.target import Target
 from codegen.vector import default_lanes, plan_vector_loop
 from ir.lower import lower
 from ir.node import walk
@@ -21,7 +21,7 @@ from workers.verify import empty_outputs, verify
 
 
 def run_and_verify(task: Task, program: Program, threads: int = 1) -> None:
-    kernel = compile_program(program, Target.host(threads))
+    kernel = compile_program(program, host_target(threads))
     inputs = task.make_inputs(seed=3)
     outputs = empty_outputs(task.output_specs())
     kernel(*inputs, *outputs)
@@ -110,10 +110,10 @@ def test_assembly_uses_wide_registers_without_llvms_loop_vectorizer() -> None:
     vec_text = emit_module(lower(with_loop(task.program, "j", "vectorized", vector_width=8)), "kv")
     ser_text = emit_module(lower(task.program), "ks")
     vec_asm = compile_ir(
-        vec_text, Target.host(), loop_vectorize=False, slp_vectorize=False
+        vec_text, host_target(), loop_vectorize=False, slp_vectorize=False
     ).assembly()
     ser_asm = compile_ir(
-        ser_text, Target.host(), loop_vectorize=False, slp_vectorize=False
+        ser_text, host_target(), loop_vectorize=False, slp_vectorize=False
     ).assembly()
     assert _packed_ops(vec_asm), "vectorized loop did not use packed ymm/zmm arithmetic"
     assert not _packed_ops(ser_asm), (
@@ -258,7 +258,7 @@ def test_parallel_programs_are_correct(
 
 def test_parallel_kernel_is_reentrant() -> None:
     task = library_task("matmul", {"m": 32, "n": 16, "k": 8})
-    kernel = compile_program(with_loop(task.program, "i", "parallel"), Target.host(2))
+    kernel = compile_program(with_loop(task.program, "i", "parallel"), host_target(2))
     inputs = task.make_inputs()
     (ref,) = task.reference(inputs)
     for _ in range(20):

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from codegen.target import Target
+from codegen.host import host_target
 from ir.task import library_task
 from tests.e2e.cluster import (
     ROOT,
@@ -70,7 +70,7 @@ def procs() -> Iterator[list[Proc]]:
 
 @pytest.fixture(scope="module")
 def target() -> str:
-    return Target.host(1).canonical()
+    return host_target(1).canonical()
 
 
 def _records_per_candidate(c: Coordinator, job_id: int) -> dict[int, int]:

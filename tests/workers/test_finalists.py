@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import uuid
 
-from codegen.target import Target
+from codegen.host import host_target
 from ir.task import library_task
 from tuner.database import TuningRecord
 from tuner.space import default_space
@@ -14,7 +14,7 @@ from workers.finalists import select_fastest
 from workers.timing import MeasureConfig
 
 TASK = library_task("matmul", {"m": 96, "n": 96, "k": 96})
-TARGET = Target.host(1)
+TARGET = host_target(1)
 QUICK = MeasureConfig(warmup=1, number=0, repeat=5, min_repeat_ms=2.0)
 
 

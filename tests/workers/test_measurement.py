@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 
-from codegen.target import Target
+from codegen.host import host_target
 from ir.task import library_task
 from tuner.database import InMemoryDatabase
 from tuner.loop import tune_loop
@@ -22,7 +22,7 @@ from workers.pool import LocalPool, core_slots
 from workers.process import MeasureProcess
 
 TASK = library_task("matmul", {"m": 33, "n": 40, "k": 17})
-TARGET = Target.host(1)
+TARGET = host_target(1)
 
 
 def _faulty(fault: str, tile: int = 8) -> Trace:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegen.target import Target
 from ir.program import Program
+from ir.target import Target
 
 
 @dataclass(frozen=True)

@@ -43,10 +43,10 @@ import random
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
-from codegen.target import Target
 from ir.program import Program
 from ir.schedule import ScheduleError
 from ir.schedule.state import all_blocks
+from ir.target import Target
 from tuner.space.analysis import root_nests
 from tuner.space.base import SpaceRejected
 from tuner.space.context import SpaceContext

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
+from codegen.host import host_target
 from codegen.kernel import compile_program
-from codegen.target import Target
 from ir.program import Program
 from ir.schedule import Schedule, ScheduleError
 from ir.task import Task
@@ -15,7 +15,7 @@ from workers.verify import empty_outputs, verify
 
 
 def assert_correct(task: Task, program: Program, threads: int = 1) -> None:
-    kernel = compile_program(program, Target.host(threads))
+    kernel = compile_program(program, host_target(threads))
     inputs = task.make_inputs(seed=7)
     outputs = empty_outputs(task.output_specs())
     kernel(*inputs, *outputs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from codegen.kernel import compile_program
-from codegen.target import Target
+from ir.target import Target
 from ir.task import Task, library_task
 from tuner.space import DesignSpace, SpaceRejected
 from tuner.trace.trace import Trace

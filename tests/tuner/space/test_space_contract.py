@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen.target import Target
+from codegen.host import host_target
+from ir.target import Target
 from ir.task import library_task
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct, odd_task
 from tuner.space import (
@@ -89,7 +90,7 @@ def test_the_same_seed_gives_the_same_trace_in_another_process() -> None:
 
 def test_mutants_are_complete_correct_neighbours() -> None:
     task = odd_task("dense")
-    target = Target.host(2)
+    target = host_target(2)
     space = default_space(task.program, target)
     rng = random.Random(4)
     trace = space.sample(rng)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.target import Target
+from codegen.host import host_target
 from tests.tuner.space.spacecheck import check_correct, odd_task
 from tuner.space import DEFAULT_RULES, RULES, Registry, RegistryError, ScheduleRule, default_space
 
@@ -29,7 +29,7 @@ def test_the_example_rule_joins_the_default_space_by_name() -> None:
     rule = _example()
     assert rule.name == "tile-transpose"
     task = odd_task("transpose")
-    target = Target.host(1)
+    target = host_target(1)
     space = default_space(task.program, target, rules=[*DEFAULT_RULES, "tile-transpose"])
     rng = random.Random(1)
     trace = space.sample(rng)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import random
 
 from codegen.emit import emit_module
-from codegen.target import Target
+from codegen.host import host_target
 from ir.lower import lower
 from ir.printer import print_program
 from ir.schedule.state import all_blocks, loops_above
+from ir.target import Target
 from ir.task import library_task
 from tests.tuner.space.spacecheck import check_correct
 from tuner.space import default_space
@@ -94,4 +95,4 @@ def test_the_space_holds_the_packed_register_tiled_structure_with_the_epilogue_f
     assert [int(lp.extent.value) for lp in wb_loops[-2:]] == [4, 24]  # type: ignore[attr-defined]
     pack_loops = loops_above(program, "W_packed")  # the copy: one panel row per vectorized loop
     assert pack_loops[-1].kind == "vectorized" and int(pack_loops[-1].extent.value) == 24  # type: ignore[attr-defined]
-    check_correct(task, trace, Target.host(1))
+    check_correct(task, trace, host_target(1))

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from codegen.target import Target
+from codegen.host import host_target
 from ir.library import OPS
 from tests.tuner.space.spacecheck import ODD_SHAPES, check_correct, odd_task, samples
 from tuner.space import DesignSpace, default_space
@@ -23,7 +23,7 @@ def test_every_operator_has_an_odd_shape() -> None:
 def test_samples_compile_and_are_correct(op: str) -> None:
     task = odd_task(op)
     threads = 1 + list(OPS).index(op) % 2  # half the operators with 2 threads: parallel loops too
-    target = Target.host(threads)
+    target = host_target(threads)
     space = default_space(task.program, target)
     assert isinstance(space, DesignSpace)
     traces = samples(space, random.Random(op), SAMPLES, max_tries=3 * SAMPLES)

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from codegen.target import Target
+from codegen.host import host_target
+from ir.target import Target
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct, odd_task
 from tuner.space import MUTATORS, SpaceContext, default_space
 from tuner.space.mutators.base import annotated_categoricals, structural_categoricals
@@ -117,7 +118,7 @@ def test_none_means_cannot_mutate(name: str) -> None:
 
 def test_space_mutation_walk_stays_complete_and_correct() -> None:
     task = odd_task("conv2d_nhwc")
-    target = Target.host(2)
+    target = host_target(2)
     space = default_space(task.program, target)
     rng = random.Random(9)
     trace = space.sample(rng)

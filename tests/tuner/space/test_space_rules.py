@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.target import Target
+from codegen.host import host_target
 from ir.task import Task, custom_task
 from tests.tuner.space.spacecheck import check_correct, odd_task, samples
 from tuner.space import RULES, RuleSpace
@@ -76,7 +76,7 @@ def test_every_registered_rule_has_a_case() -> None:
 @pytest.mark.parametrize("rule", RULES.names())
 def test_rule_fires_and_stays_correct(rule: str) -> None:
     ops, kind = WHERE[rule]
-    target = Target.host(2)
+    target = host_target(2)
     for op in ops:
         task = _task(op)
         space = RuleSpace(task.program, target, rules=[rule])
@@ -94,4 +94,4 @@ def test_unknown_rule_is_a_clear_error() -> None:
     from tuner.space import RegistryError
 
     with pytest.raises(RegistryError, match="unknown schedule rule 'no-such-rule'"):
-        RuleSpace(odd_task("gelu").program, Target.host(1), rules=["no-such-rule"])
+        RuleSpace(odd_task("gelu").program, host_target(1), rules=["no-such-rule"])

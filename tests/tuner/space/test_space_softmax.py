@@ -8,8 +8,9 @@ from collections import defaultdict
 
 import pytest
 
-from codegen.target import Target
+from codegen.host import host_target
 from ir.serialize import structural_hash
+from ir.target import Target
 from ir.task import library_task
 from tests.tuner.space.spacecheck import check_correct, samples
 from tuner.space import SpaceRejected, default_space
@@ -76,7 +77,7 @@ def test_sampled_structures_include_row_root_inline_and_rfactor() -> None:
 def test_every_sampled_program_is_correct() -> None:
     task = _task()
     space = default_space(task.program, ONE_THREAD)
-    host = Target.host(1)
+    host = host_target(1)
     traces = samples(space, random.Random("softmax"), 16, max_tries=48)
     for trace in traces:
         check_correct(task, trace, host)
