@@ -38,7 +38,8 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from workers.daemon import COORDINATOR_ENV, TOKEN_ENV, WorkerConfig, parse_cores, run_worker
+    from workers.config import COORDINATOR_ENV, TOKEN_ENV, WorkerConfig, parse_cores
+    from workers.daemon import run_worker
 
     url = args.coordinator or os.environ.get(COORDINATOR_ENV, "").strip()
     token = args.token or os.environ.get(TOKEN_ENV, "").strip()

@@ -327,8 +327,8 @@ class SQLDatabase:
             return []
         # For each workload of the operator, the finalists' choice or else its
         # lowest median, found by an index seek on (workload_key, target_id,
-        # status, median_ms): a window over every record of the operator was
-        # 10-40x slower with 100,000 records (benchmarks/db_queries.py).
+        # status, median_ms): a window over every record of the operator costs
+        # time in proportion to all of them.
         other = m.Record.__table__.alias("other")
         lowest = (
             select(other.c.record_id)
