@@ -183,12 +183,12 @@ def test_a_seeded_evolutionary_search_gives_identical_traces_in_a_fresh_process(
 
 
 def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
-    from codegen.target import Target
+    from codegen.host import host_target
     from tuner.space import default_space
 
     db = InMemoryDatabase()
     seen = library_task("matmul", {"m": 128, "n": 128, "k": 128})
-    ctx = SearchContext(seen, TARGET, default_space(seen.program, Target.host(1)), db)
+    ctx = SearchContext(seen, TARGET, default_space(seen.program, host_target(1)), db)
     seen_run = tune_loop(
         seen,
         TARGET,
@@ -198,7 +198,7 @@ def test_a_new_shape_starts_from_the_repaired_best_of_other_shapes() -> None:
         trials=24,
     )
     new = library_task("matmul", {"m": 120, "n": 128, "k": 136})
-    warm_ctx = SearchContext(new, TARGET, default_space(new.program, Target.host(1)), db)
+    warm_ctx = SearchContext(new, TARGET, default_space(new.program, host_target(1)), db)
     warm = EvolutionaryStrategy(warm_ctx, 0)
     assert warm.seeds  # the other shape's best, repaired to this one
     # each repaired best is followed by its variant with the other pack choice
@@ -233,7 +233,7 @@ def test_shapes_nearest_first_and_the_nearest_ones_runner_ups() -> None:
     """A database of many shapes: 1000³ starts from 1024³ (nearest) before 960³ and 64³,
     whatever their medians, and also from 1024³'s runner-ups: the fastest record of
     another structure than its best first (here the slowest of them), then its next best."""
-    from codegen.target import Target
+    from codegen.host import host_target
     from tuner.database import TuningRecord
     from tuner.space import default_space
 
@@ -257,11 +257,11 @@ def test_shapes_nearest_first_and_the_nearest_ones_runner_ups() -> None:
 
     for size, times in {64: [0.01], 960: [5.0, 5.5]}.items():
         task = library_task("matmul", {"m": size, "n": size, "k": size})
-        space = default_space(task.program, Target.host(1))
+        space = default_space(task.program, host_target(1))
         for t in times:
             store(task, space.sample(rng), t)
     big = library_task("matmul", {"m": 1024, "n": 1024, "k": 1024})
-    space = default_space(big.program, Target.host(1))
+    space = default_space(big.program, host_target(1))
     by_structure: dict[object, list[Trace]] = {}
     while len(by_structure) < 2 or max(len(v) for v in by_structure.values()) < 4:
         trace = space.sample(rng)
@@ -272,7 +272,7 @@ def test_shapes_nearest_first_and_the_nearest_ones_runner_ups() -> None:
         store(big, trace, t)
     new = library_task("matmul", {"m": 1000, "n": 1000, "k": 1000})
     warm = EvolutionaryStrategy(
-        SearchContext(new, TARGET, default_space(new.program, Target.host(1)), db), 0
+        SearchContext(new, TARGET, default_space(new.program, host_target(1)), db), 0
     )
     picked = [(r.params["m"], r.median_ms, variants) for r, variants in warm._other_shapes()]
     assert picked == [
@@ -294,13 +294,13 @@ def test_shapes_nearest_first_and_the_nearest_ones_runner_ups() -> None:
 
 def test_the_search_proposes_the_same_traces_in_one_process_or_several() -> None:
     """Children carry their own seeds: how many processes make them changes nothing."""
-    from codegen.target import Target
+    from codegen.host import host_target
     from tuner import search_pool
     from tuner.evolutionary import EvolutionaryConfig
     from tuner.space import default_space
 
     task = library_task("dense", {"m": 64, "n": 96, "k": 48, "bias": 1, "relu": 1})
-    target = Target.host(1)
+    target = host_target(1)
     proposals = []
     for processes in (1, 3):
         db = InMemoryDatabase()
@@ -381,12 +381,12 @@ def test_a_fresh_search_samples_its_first_batch_and_evolves_once_it_has_results(
 def test_the_best_trace_has_its_structural_variants_measured_once() -> None:
     """A run must not stall on one side of a structural choice (pack or not): the best
     measured trace's variant with the other choice, its tiles kept, joins the next batch."""
-    from codegen.target import Target
+    from codegen.host import host_target
     from tuner.space import default_space
 
     task = library_task("matmul", {"m": 128, "n": 128, "k": 128})
     ctx = SearchContext(
-        task, TARGET, default_space(task.program, Target.host(1)), InMemoryDatabase()
+        task, TARGET, default_space(task.program, host_target(1)), InMemoryDatabase()
     )
     strategy = EvolutionaryStrategy(ctx, 0)
     first = strategy.propose(8)

@@ -122,10 +122,10 @@ def test_a_shape_tuned_beside_another_of_its_operator_starts_from_the_others_bes
     are made, so the second matmul can only start from the first one's best if it looks
     again before each batch; every best the first one had when the second proposed is
     repaired into the second's seeds, and the first such seed is measured."""
-    from codegen.target import Target
+    from codegen.host import host_target
     from tuner.space import default_space
 
-    target = Target.host(1)
+    target = host_target(1)
     db = InMemoryDatabase()
     first, second = (
         library_task("matmul", p)

@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from service.coordinator import leases as L
-from service.coordinator.deps import Admin, State, WorkerRole
-from service.coordinator.errors import Conflict
-from service.coordinator.schemas import (
+from service import leases as L
+from service.api.deps import Admin, State, WorkerRole
+from service.db.session import as_utc
+from service.errors import Conflict
+from service.schemas import (
     MAX_ID,
     HeartbeatOut,
     LeasedCandidate,
@@ -24,7 +25,6 @@ from service.coordinator.schemas import (
     WorkerRegister,
     WorkerRegistered,
 )
-from service.db.session import as_utc
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
