@@ -7,7 +7,7 @@
         best = c.best("matmul", {"m": 512, "n": 512, "k": 512})
         open("mm.trace.json", "w").write(json.dumps(best["trace_file"]))   # `loomtune apply` replays it
 
-Answers are the API's JSON objects as dicts (the fields of `service/schemas.py`:
+Answers are the API's JSON objects as dicts (the fields of `service/coordinator/schemas.py`:
 a job has `id`, `status`, `trials`, `trials_done`, `best_latency_ms`, `error`,
 `waiting_reason`, ...). The URL and token default to LOOMTUNE_COORDINATOR and
 LOOMTUNE_TOKEN. Every refusal of the API (4xx, 5xx) raises `CoordinatorError`

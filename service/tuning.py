@@ -19,8 +19,8 @@ from ir.task import Task
 from tuner.database import Database, TuningRecord
 from tuner.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
 from tuner.runner import Runner
+from tuner.search.strategy import SearchContext, default_strategy, make_strategy
 from tuner.space.base import DesignSpace
-from tuner.strategy import SearchContext, default_strategy, make_strategy
 from tuner.trace.trace import Trace
 from workers.compare import Comparison, compare_with_numpy
 from workers.finalists import FINALISTS, Finalist, select_fastest
@@ -176,8 +176,13 @@ def tune_tasks(
     should_stop: Callable[[], bool] | None = None,
     compare: bool = True,
 ) -> TasksOutcome:
-    """Share `trials` among weighted tasks (`tuner.task_scheduler`), then check each best."""
-    from tuner.task_scheduler import ScheduledTask, SchedulerConfig, TaskScheduler, scheduled_tasks
+    """Share `trials` among weighted tasks (`tuner.search.task_scheduler`), then check each best."""
+    from tuner.search.task_scheduler import (
+        ScheduledTask,
+        SchedulerConfig,
+        TaskScheduler,
+        scheduled_tasks,
+    )
 
     if database is None:
         from service.db.store import open_database

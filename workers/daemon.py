@@ -23,135 +23,29 @@ A worker runs on the machine kernels are tuned for. It
 A token the coordinator refuses (401, 403) is fatal: one line, exit 2
 (`WorkerError`, a `LoomtuneError`). A result for a lease the worker no longer
 holds (409: it expired and went to another worker) is dropped with a line.
+Its options are `workers/config.py`; its HTTP link to the coordinator is
+`workers/link.py`.
 """
 
 from __future__ import annotations
 
 import os
 import queue
-import random
 import signal
 import socket
 import sys
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
-
-from ir.errors import LoomtuneError
 from tuner.runner import MeasureResult
 from workers import protocol as P
+from workers.config import HEARTBEAT_SECONDS_ENV, TOKEN_ENV, WorkerConfig, WorkerError, core_text
+from workers.link import Link, Rejected, Unreachable
 from workers.pool import core_slots
-from workers.process import DEFAULT_TIMEOUT_S, MeasureProcess
-
-COORDINATOR_ENV = "LOOMTUNE_COORDINATOR"
-TOKEN_ENV = "LOOMTUNE_TOKEN"
-HEARTBEAT_SECONDS_ENV = "LOOMTUNE_HEARTBEAT_SECONDS"
-
-
-class WorkerError(LoomtuneError):
-    """A worker that cannot run: a refused token, bad cores, a coordinator that refuses it."""
-
-
-class Unreachable(Exception):
-    """The coordinator did not answer (or answered 5xx) and the caller did not want to wait."""
-
-
-class Rejected(Exception):
-    """The coordinator answered 4xx: `status` and its message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-        self.message = message
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkerConfig:
-    """How a worker runs.
-
-    Attributes:
-        coordinator: the coordinator's base URL (`http://host:8000`, `https://...`).
-        token: a worker token (`loomtune token create --role worker`).
-        threads: threads per candidate, the `-num-threads` of the worker's target.
-        cores: the cores this worker may use (None: all this process may run on).
-        batch: candidates per lease call (None: two per slot).
-        heartbeat_seconds: heartbeat interval, s (None: LOOMTUNE_HEARTBEAT_SECONDS
-            of this process if set, else the coordinator's); never more than a
-            third of the lease time.
-        idle_seconds: longest wait, s, between lease calls when there is no work.
-        backoff_seconds: first wait, s, after the coordinator did not answer;
-            doubled after each failure up to `max_backoff_seconds` (with jitter).
-        request_timeout_seconds: one HTTP request's timeout, s.
-        measure_timeout_seconds: one candidate's time limit (replay, compile, verify, time), s.
-        name: the worker's name (None: `host:pid cores=... llvm=...`).
-        verify: TLS verification (True, False, or a CA bundle path).
-    """
-
-    coordinator: str
-    token: str
-    threads: int = 1
-    cores: tuple[int, ...] | None = None
-    batch: int | None = None
-    heartbeat_seconds: float | None = None
-    idle_seconds: float = 1.0
-    backoff_seconds: float = 0.5
-    max_backoff_seconds: float = 30.0
-    request_timeout_seconds: float = 10.0
-    measure_timeout_seconds: float = DEFAULT_TIMEOUT_S
-    name: str | None = None
-    verify: bool | str = True
-
-    def __post_init__(self) -> None:
-        if not self.coordinator.startswith(("http://", "https://")):
-            raise WorkerError(
-                f"--coordinator must be an http:// or https:// URL, got {self.coordinator!r}"
-            )
-        if not self.token:
-            raise WorkerError(f"no token: pass --token or set {TOKEN_ENV}")
-        if self.threads < 1:
-            raise WorkerError(f"--threads must be >= 1, got {self.threads}")
-        if self.cores is not None and len(self.cores) < self.threads:
-            raise WorkerError(
-                f"--threads {self.threads} needs at least {self.threads} cores; --cores gives {len(self.cores)}"
-            )
-
-
-def parse_cores(text: str) -> tuple[int, ...]:
-    """`0,2,4-7` -> (0, 2, 4, 5, 6, 7); each core must be one this process may run on."""
-    cores: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        lo, dash, hi = part.partition("-")
-        try:
-            first, last = int(lo), int(hi) if dash else int(lo)
-        except ValueError:
-            raise WorkerError(f"--cores: expected a list like 0,2,4-7, got {text!r}") from None
-        if first < 0 or last < first:
-            raise WorkerError(f"--cores: bad range {part!r}")
-        cores.update(range(first, last + 1))
-    usable = os.sched_getaffinity(0)
-    missing = sorted(cores - usable)
-    if missing:
-        raise WorkerError(
-            f"--cores: core {missing[0]} is not available to this process (usable: {_core_text(usable)})"
-        )
-    return tuple(sorted(cores))
-
-
-def _core_text(cores: Sequence[int] | set[int]) -> str:
-    """(0, 1, 2, 5) -> '0-2,5'."""
-    out: list[str] = []
-    for c in sorted(cores):
-        if out and out[-1].split("-")[-1] == str(c - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{c}"
-        else:
-            out.append(str(c))
-    return ",".join(out)
+from workers.process import MeasureProcess
 
 
 def _loomtune_version() -> str:
@@ -166,115 +60,6 @@ def _loomtune_version() -> str:
 def default_log(message: str) -> None:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     print(f"{stamp} loomtune worker: {message}", file=sys.stderr, flush=True)
-
-
-# -- the link to the coordinator ----------------------------------------------------------
-
-
-class Link:
-    """HTTP to the coordinator with the worker's token; retries with backoff while it is unreachable.
-
-    Shared by the worker's threads. Its state (up / down) changes are logged
-    once each: "unreachable (why); retrying" and "reachable again".
-    """
-
-    def __init__(
-        self, config: WorkerConfig, stop: threading.Event, log: Callable[[str], None]
-    ) -> None:
-        self.config = config
-        self.base = config.coordinator.rstrip("/")
-        self.stop = stop
-        self.log = log
-        self.http = httpx.Client(
-            base_url=self.base,
-            headers={"Authorization": f"Bearer {config.token}"},
-            timeout=httpx.Timeout(
-                config.request_timeout_seconds, connect=min(3.0, config.request_timeout_seconds)
-            ),
-            verify=config.verify,
-        )
-        self._lock = threading.Lock()
-        self._down: bool | None = None  # None: not known yet
-        self.failures = 0
-        """Requests that found the coordinator unreachable (for tests and logs)."""
-
-    def close(self) -> None:
-        self.http.close()
-
-    def _went_down(self, why: str) -> None:
-        with self._lock:
-            self.failures += 1
-            if self._down:
-                return
-            self._down = True
-        self.log(
-            f"coordinator {self.base} unreachable ({why}); retrying with backoff (up to {self.config.max_backoff_seconds:g} s)"
-        )
-
-    def _went_up(self) -> None:
-        with self._lock:
-            was_down, self._down = self._down, False
-        if was_down:
-            self.log(f"coordinator {self.base} reachable again")
-
-    def call(
-        self,
-        path: str,
-        body: dict[str, Any] | None = None,
-        *,
-        retry: bool = True,
-        timeout: float | None = None,
-    ) -> Any:
-        """POST (GET when `body` is None and the path is not a worker action) and the JSON answer.
-
-        With `retry`, waits out an unreachable coordinator (backoff, until the
-        worker stops: then `Unreachable`); without, one try. 4xx: `Rejected`.
-        """
-        delay = self.config.backoff_seconds
-        while True:
-            try:
-                r = (
-                    self.http.post(path, json=body, timeout=timeout)
-                    if timeout
-                    else self.http.post(path, json=body)
-                )
-            except httpx.TransportError as e:
-                why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            else:
-                if r.status_code < 400:
-                    self._went_up()
-                    try:
-                        return r.json()
-                    except ValueError:
-                        raise P.ProtocolError(
-                            f"{path}: the coordinator's answer is not JSON"
-                        ) from None
-                if r.status_code < 500 and r.status_code != 429:
-                    self._went_up()
-                    raise Rejected(r.status_code, _detail(r))
-                why = f"HTTP {r.status_code}: {_detail(r)[:200]}"
-            self._went_down(why)
-            if not retry or self.stop.is_set():
-                raise Unreachable(why)
-            if self.stop.wait(delay * random.uniform(0.8, 1.2)):
-                raise Unreachable(why)
-            delay = min(delay * 2, self.config.max_backoff_seconds)
-
-
-def _detail(r: httpx.Response) -> str:
-    """The API's message: `detail` (a string, or FastAPI's list of {loc, msg})."""
-    try:
-        detail = r.json().get("detail")
-    except (ValueError, AttributeError):
-        return r.text.strip()[:500] or r.reason_phrase
-    if isinstance(detail, list):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg', '')}"
-            if isinstance(d, dict)
-            else str(d)
-            for d in detail
-        )
-    return str(detail)
 
 
 # -- the worker ---------------------------------------------------------------------------
@@ -315,7 +100,7 @@ class WorkerDaemon:
         self.name = (
             config.name
             or (
-                f"{socket.gethostname()}:{os.getpid()} cores={_core_text(self.cores)} llvm={self.llvm_version}"
+                f"{socket.gethostname()}:{os.getpid()} cores={core_text(self.cores)} llvm={self.llvm_version}"
             )[:256]
         )
         slots = core_slots(config.threads, self.cores)
@@ -392,7 +177,7 @@ class WorkerDaemon:
             self._register()  # first: a refused token costs no process start
             if not self._stop.is_set():
                 self._start_slots()
-                slots = ", ".join(_core_text(s.cores) for s in self.slots)
+                slots = ", ".join(core_text(s.cores) for s in self.slots)
                 self.log(
                     f"ready: {len(self.slots)} measurement process(es) on cores {slots}, leasing {self.batch} at a time"
                 )

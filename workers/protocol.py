@@ -4,7 +4,7 @@ Plain frozen dataclasses with `to_json` / `from_json`: `workers/` imports no
 FastAPI, pydantic or SQLAlchemy (DESIGN.md's import rules), so the worker
 daemon speaks the API through these, and a contract test
 (`tests/workers/test_protocol_contract.py`) holds each of them to its pydantic
-model in `service/schemas.py`: the same field names, the same types, the same
+model in `service/coordinator/schemas.py`: the same field names, the same types, the same
 required fields. Change one side without the other and that test fails.
 
     POST /v1/workers                       Register        -> Registered
@@ -43,7 +43,7 @@ class Message:
     """Base of the wire messages: JSON out (`to_json`) and in (`from_json`), by the dataclass's fields."""
 
     SCHEMA: ClassVar[str]
-    """The name of the pydantic model in `service/schemas.py` this message mirrors."""
+    """The name of the pydantic model in `service/coordinator/schemas.py` this message mirrors."""
 
     def to_json(self) -> dict[str, Any]:
         assert dataclasses.is_dataclass(self)
@@ -234,9 +234,9 @@ class Result(Message):
 
 
 MAX_RESULTS_PER_POST = 1024
-"""`service.schemas.MAX_RESULTS_PER_POST`: the most results one post may carry."""
+"""`service.coordinator.schemas.MAX_RESULTS_PER_POST`: the most results one post may carry."""
 MAX_LEASE_BATCH = 256
-"""`service.schemas.MAX_LEASE_BATCH`: the most candidates one lease call hands out."""
+"""`service.coordinator.schemas.MAX_LEASE_BATCH`: the most candidates one lease call hands out."""
 MAX_MESSAGE_CHARS = 100_000
 MAX_VERSION_CHARS = 64
 

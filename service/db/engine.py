@@ -75,8 +75,8 @@ def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
     # concurrent writers wait instead of failing; SQLite enforces foreign keys
     # only when asked, per connection. In WAL mode synchronous=NORMAL keeps the
     # file consistent through any crash and skips the fsync per transaction
-    # (a record per measured candidate: ~6 ms each otherwise); only a power
-    # loss may forget the last transactions.
+    # (a transaction per measured candidate); only a power loss may forget the
+    # last transactions.
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA journal_mode=WAL")

@@ -23,7 +23,8 @@ from service.db.session import as_utc
 from tuner.database import DatabaseError, FinalChoice, TuningRecord, utc_now
 
 
-def _insert(session: Session, table: Any) -> Any:
+def dialect_insert(session: Session, table: Any) -> Any:
+    """INSERT of the session's dialect (SQLite or PostgreSQL), for `ON CONFLICT` clauses."""
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         return postgresql.insert(table)
@@ -47,8 +48,12 @@ def _parse_target(canonical: str) -> tuple[str, list[str], int]:
     return target.cpu, list(target.features), target.num_threads
 
 
-def to_tuning_record(rec: m.Record, wl: m.Workload, canonical: str) -> TuningRecord:
-    """A records row (with its workload and canonical target) as the tuner's record."""
+def record_from_row(rec: m.Record, wl: m.Workload, canonical: str) -> TuningRecord:
+    """A records row (with its workload and canonical target) as the tuner's record.
+
+    The pair of `record_to_row`: every reader and writer of the records table goes
+    through these two.
+    """
     return TuningRecord(
         record_id=rec.record_id,
         workload_key=rec.workload_key,
@@ -70,8 +75,51 @@ def to_tuning_record(rec: m.Record, wl: m.Workload, canonical: str) -> TuningRec
     )
 
 
+def record_to_row(
+    *,
+    record_id: str,
+    workload_key: str,
+    target_id: int | None,
+    job_id: int | None,
+    candidate_id: int | None,
+    trace: Mapping[str, Any],
+    trace_hash: str,
+    run_times_ms: Sequence[float],
+    median_ms: float | None,
+    status: str,
+    message: str,
+    worker: str,
+    loomtune_version: str,
+    llvm_version: str,
+    measured_at: datetime,
+) -> dict[str, Any]:
+    """The values of one records row (the pair of `record_from_row`)."""
+    return {
+        "record_id": record_id,
+        "workload_key": workload_key,
+        "target_id": target_id,
+        "job_id": job_id,
+        "candidate_id": candidate_id,
+        "trace": dict(trace),
+        "trace_hash": trace_hash,
+        "run_times": list(run_times_ms),
+        "median_ms": median_ms,
+        "status": status,
+        "message": message,
+        "worker": worker,
+        "loomtune_version": loomtune_version,
+        "llvm_version": llvm_version,
+        "measured_at": measured_at,
+    }
+
+
+def fetch_records(session: Session, query: Select[Any]) -> list[TuningRecord]:
+    """The records a `select_records()` query finds, as the tuner's records."""
+    return [record_from_row(rec, wl, canonical) for rec, wl, canonical in session.execute(query)]
+
+
 def select_records() -> Select[Any]:
-    """Records with their workload and canonical target: what `to_tuning_record` reads."""
+    """Records with their workload and canonical target: what `record_from_row` reads."""
     return (
         select(m.Record, m.Workload, m.Target.canonical)
         .join(m.Workload, m.Workload.key == m.Record.workload_key)
@@ -100,7 +148,7 @@ def best_record_of(session: Session, workload_key: str, target_id: int) -> Tunin
     )
     best_id = func.coalesce(chosen.scalar_subquery(), lowest.scalar_subquery())
     rows = session.execute(select_records().where(m.Record.record_id == best_id)).all()
-    return to_tuning_record(*rows[0]) if rows else None
+    return record_from_row(*rows[0]) if rows else None
 
 
 def final_of(
@@ -136,7 +184,7 @@ class SQLDatabase:
         if found is None and create:
             cpu, features, threads = _parse_target(canonical)
             session.execute(
-                _insert(session, m.Target)
+                dialect_insert(session, m.Target)
                 .values(canonical=canonical, cpu=cpu, features=features, threads=threads)
                 .on_conflict_do_nothing()
             )
@@ -156,7 +204,7 @@ class SQLDatabase:
         if key in self._workloads:
             return
         session.execute(
-            _insert(session, m.Workload)
+            dialect_insert(session, m.Workload)
             .values(
                 key=key,
                 op=op,
@@ -193,23 +241,25 @@ class SQLDatabase:
                     new_workloads.add(r.workload_key)
                     target_id = self._target_id(session, r.target, create=True)
                     result = session.execute(
-                        _insert(session, m.Record)
+                        dialect_insert(session, m.Record)
                         .values(
-                            record_id=r.record_id,
-                            workload_key=r.workload_key,
-                            target_id=target_id,
-                            job_id=r.job_id,
-                            candidate_id=candidate_ids[i] if i < len(candidate_ids) else None,
-                            trace=dict(r.trace),
-                            trace_hash=r.trace_hash,
-                            run_times=list(r.run_times_ms),
-                            median_ms=r.median_ms,
-                            status=r.status,
-                            message=r.message,
-                            worker=r.worker,
-                            loomtune_version=r.loomtune_version,
-                            llvm_version=r.llvm_version,
-                            measured_at=r.measured_at,
+                            record_to_row(
+                                record_id=r.record_id,
+                                workload_key=r.workload_key,
+                                target_id=target_id,
+                                job_id=r.job_id,
+                                candidate_id=candidate_ids[i] if i < len(candidate_ids) else None,
+                                trace=r.trace,
+                                trace_hash=r.trace_hash,
+                                run_times_ms=r.run_times_ms,
+                                median_ms=r.median_ms,
+                                status=r.status,
+                                message=r.message,
+                                worker=r.worker,
+                                loomtune_version=r.loomtune_version,
+                                llvm_version=r.llvm_version,
+                                measured_at=r.measured_at,
+                            )
                         )
                         .on_conflict_do_nothing()
                         # rowcount is not reliable here (psycopg reports -1): count what came back.
@@ -227,8 +277,7 @@ class SQLDatabase:
 
     def _records(self, query: Select[Any]) -> list[TuningRecord]:
         with self.sessions() as session:
-            rows = session.execute(query).all()
-        return [to_tuning_record(rec, wl, canonical) for rec, wl, canonical in rows]
+            return fetch_records(session, query)
 
     def _lookup_target(self, target: str) -> int | None:
         with self.sessions() as session:
@@ -278,8 +327,8 @@ class SQLDatabase:
             return []
         # For each workload of the operator, the finalists' choice or else its
         # lowest median, found by an index seek on (workload_key, target_id,
-        # status, median_ms): a window over every record of the operator was
-        # 10-40x slower with 100,000 records (benchmarks/db_queries.py).
+        # status, median_ms): a window over every record of the operator costs
+        # time in proportion to all of them.
         other = m.Record.__table__.alias("other")
         lowest = (
             select(other.c.record_id)
@@ -331,7 +380,7 @@ class SQLDatabase:
                 "retimed_ms": choice.retimed_ms,
                 "decided_at": choice.decided_at,
             }
-            stmt = _insert(session, m.Final).values(**values)
+            stmt = dialect_insert(session, m.Final).values(**values)
             session.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[m.Final.workload_key, m.Final.target_id],
@@ -382,7 +431,7 @@ class SQLDatabase:
                 "samples": int(samples),
                 "updated_at": utc_now(),
             }
-            stmt = _insert(session, m.CostModel).values(**values)
+            stmt = dialect_insert(session, m.CostModel).values(**values)
             session.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[m.CostModel.target_id],

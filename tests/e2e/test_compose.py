@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from service.coordinator_cli import DEFAULT_PORT
+from service.cli.coordinator import DEFAULT_PORT
 from tests.e2e.cluster import (
     COORDINATOR_COMMANDS,
     ROOT,

@@ -14,16 +14,9 @@ import httpx
 import pytest
 
 from workers import protocol as P
-from workers.daemon import (
-    Link,
-    Rejected,
-    Unreachable,
-    WorkerConfig,
-    WorkerDaemon,
-    WorkerError,
-    _core_text,
-    parse_cores,
-)
+from workers.config import WorkerConfig, WorkerError, core_text, parse_cores
+from workers.daemon import WorkerDaemon
+from workers.link import Link, Rejected, Unreachable
 
 URL = "http://coordinator.invalid:8000"
 
@@ -43,7 +36,7 @@ def test_cores_lists() -> None:
     usable = sorted(os.sched_getaffinity(0))
     assert parse_cores(str(usable[0])) == (usable[0],)
     assert parse_cores(f"{usable[0]}-{usable[-1]}") == tuple(range(usable[0], usable[-1] + 1))
-    assert _core_text([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert core_text([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
     for bad, says in (
         ("a", "expected a list"),
         ("3-1", "bad range"),

@@ -1,4 +1,4 @@
-"""The worker's wire format (`workers/protocol.py`) against the coordinator's schemas (`service/schemas.py`).
+"""The worker's wire format (`workers/protocol.py`) against the coordinator's schemas (`service/coordinator/schemas.py`).
 
 Each protocol message names the pydantic model it mirrors; they must agree on
 field names, types (after JSON: UUIDs are text, Literals their values' type,
@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, Union
 import pytest
 from pydantic import BaseModel
 
-from service import schemas as S
+from service.coordinator import schemas as S
 from workers import protocol as P
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ def test_every_worker_route_speaks_protocol_messages() -> None:
     """The workers router's bodies and answers (but the admin's list) all have a protocol twin."""
     from fastapi.routing import APIRoute
 
-    from service.api.routes.workers import router
+    from service.coordinator.routes.workers import router
 
     mirrored = {m.SCHEMA for m in P.MESSAGES}
     seen = set()

@@ -3,7 +3,7 @@
 PostgreSQL is found at LOOMTUNE_TEST_DATABASE_URL; each test gets a schema of
 its own, dropped afterwards. Unreachable PostgreSQL skips those cases, except
 in CI (CI=true), where it fails. The job runner does not exist yet: tests play
-its part through its seam (`service.jobs.claim_job`, `add_candidates`).
+its part through its seam (`service.coordinator.jobs.claim_job`, `add_candidates`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
-from service.app import create_app
+from service.coordinator.app import create_app
+from service.coordinator.settings import Settings
 from service.db.engine import make_engine
 from service.db.schema import ensure_schema
 from service.db.session import Sessions
-from service.settings import Settings
 
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PG_URL = os.environ.get("LOOMTUNE_TEST_DATABASE_URL", PG_DEFAULT)
@@ -116,7 +116,7 @@ class Api:
 
     def run_job(self, job_id: int, n: int, *, start: int = 0) -> list[int]:
         """Play the job runner: claim the job and write `n` candidates; their ids."""
-        from service import jobs
+        from service.coordinator import jobs
 
         with self.sessions.write() as s:
             claimed = jobs.claim_job(s, "test-runner", 600)

@@ -144,7 +144,7 @@ def test_token_validation_is_422_naming_the_field(sqlite_api: Api) -> None:
 
 
 def test_caller_cache_keeps_a_token_for_its_ttl_and_forgets_a_revoked_one() -> None:
-    from service.tokens import Caller, CallerCache
+    from service.coordinator.tokens import Caller, CallerCache
 
     now = [100.0]
     cache = CallerCache(2.0, clock=lambda: now[0])
@@ -165,7 +165,7 @@ def test_caller_cache_keeps_a_token_for_its_ttl_and_forgets_a_revoked_one() -> N
 def test_auth_cache_seconds_comes_from_the_environment_and_is_checked() -> None:
     import pytest
 
-    from service.settings import Settings, SettingsError
+    from service.coordinator.settings import Settings, SettingsError
 
     assert Settings.from_env({"LOOMTUNE_AUTH_CACHE_SECONDS": "0"}).auth_cache_seconds == 0
     assert Settings.from_env({}).auth_cache_seconds == 1.0

@@ -70,7 +70,7 @@ def test_a_custom_workload_is_accepted(sqlite_api: Api) -> None:
 
 
 def test_default_strategy_comes_from_the_tuner(sqlite_api: Api) -> None:
-    from tuner.strategy import default_strategy
+    from tuner.search.strategy import default_strategy
 
     job = sqlite_api.submit(sqlite_api.token("client"))
     assert job["strategy"] == default_strategy()
@@ -250,7 +250,7 @@ def test_cancel(sqlite_api: Api) -> None:
 
 
 def test_a_finished_job_cannot_be_cancelled(sqlite_api: Api) -> None:
-    from service import jobs
+    from service.coordinator import jobs
 
     api = sqlite_api
     client = api.token("client")

@@ -1,7 +1,7 @@
 """Workers lease candidates, report results and hand leases back, on SQLite and PostgreSQL.
 
 The job runner's part (claim the job, write candidates) is played through its
-seam in `service.jobs`; workers are simulated by HTTP calls.
+seam in `service.coordinator.jobs`; workers are simulated by HTTP calls.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from service import jobs
+from service.coordinator import jobs
 from service.db import models as m
 from tests.service.api.apikit import ADMIN, SKX, ZEN, Api, make_api, result
 from tuner.database import utc_now

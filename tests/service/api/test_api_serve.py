@@ -191,7 +191,7 @@ def _work(base: str, secret: str, name: str) -> tuple[list[int], list[int]]:
 def test_concurrent_workers_measure_each_candidate_once(database_url: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from service import jobs
+    from service.coordinator import jobs
     from service.db.session import Sessions
 
     with serving(database_url) as http:
@@ -302,8 +302,8 @@ def test_token_cli(
 ) -> None:
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
-    from service.settings import Settings
+    from service.coordinator.app import create_app
+    from service.coordinator.settings import Settings
 
     monkeypatch.setenv("LOOMTUNE_DATABASE_URL", sqlite_url)
     assert main(["token", "create", "--role", "client", "--owner", "alice"]) == 0
@@ -345,6 +345,7 @@ def test_token_cli(
 
 
 def test_roles_are_spelt_alike() -> None:
-    from service import coordinator_cli, tokens
+    from service.cli import coordinator as coordinator_cli
+    from service.coordinator import tokens
 
     assert coordinator_cli.ROLES == tokens.ROLES

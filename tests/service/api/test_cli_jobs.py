@@ -1,6 +1,6 @@
 """`loomtune jobs submit|list|show|cancel` and `best --coordinator` against an in-process coordinator (SQLite).
 
-The commands' client is pointed at the app's TestClient (`service.jobs_cli.make_client`);
+The commands' client is pointed at the app's TestClient (`service.cli.jobs.make_client`);
 everything else — parsing, the API calls, the output, the exit codes — is the real thing.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from service import jobs_cli
+from service.cli import jobs as jobs_cli
 from service.cli import main
 from service.client import Client
 from tests.service.api.apikit import ZEN, Api, result

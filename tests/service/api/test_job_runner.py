@@ -16,7 +16,7 @@ import pytest
 
 from codegen.host import host_target
 from ir.target import Target
-from service.job_runner import JobRunnerService
+from service.coordinator.runner import JobRunnerService
 from tests.service.api.apikit import Api
 from tuner.trace.trace import Trace
 from workers.measure import Measurer
@@ -250,7 +250,7 @@ def _rows(api: Api, sql: str, **params: Any) -> list[tuple[Any, ...]]:
 
 
 def test_two_runners_never_drive_the_same_job(api: Api) -> None:
-    from service import jobs
+    from service.coordinator import jobs
 
     client = api.token("client", owner="alice")
     api.token("worker", owner="lab")

@@ -8,15 +8,14 @@ once, alone on the last line of stdout (with --json: in the one JSON object).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from ir.errors import LoomtuneError
+from service.cli.common import Parser, UsageError, log, print_json
 
 ROLES = ("admin", "client", "worker")
-"""`service.tokens.ROLES`, spelt here so building the parser does not import SQLAlchemy."""
+"""`service.coordinator.tokens.ROLES`, spelt here so building the parser does not import SQLAlchemy."""
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -26,7 +25,7 @@ class TokenError(LoomtuneError):
     """A token that cannot be made or found."""
 
 
-def add_coordinator_parsers(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: Any) -> None:
     serve = sub.add_parser("serve", help="run the coordinator (REST API; refuses a stale schema)")
     serve.add_argument(
         "--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})"
@@ -43,7 +42,7 @@ def add_coordinator_parsers(sub: Any, parser_class: type[argparse.ArgumentParser
     )
 
     token = sub.add_parser("token", help="API tokens of the coordinator: create, list, revoke")
-    token_sub = token.add_subparsers(dest="token_command", required=True, parser_class=parser_class)
+    token_sub = token.add_subparsers(dest="token_command", required=True, parser_class=Parser)
     create = token_sub.add_parser(
         "create", help="create a token; prints its secret once, on the last line"
     )
@@ -72,7 +71,6 @@ def _port(text: str) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Check the schema and settings, then serve until interrupted."""
-    from service.cli import UsageError, _log
 
     if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
         raise UsageError("--ssl-certfile and --ssl-keyfile go together")
@@ -84,15 +82,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise UsageError(f"{option}: no such file {path!r}")
     import uvicorn
 
-    from service.app import create_app
-    from service.settings import Settings
+    from service.coordinator.app import create_app
+    from service.coordinator.settings import Settings
 
     settings = Settings.from_env()
     app = create_app(
         settings=settings, run_jobs=True
     )  # refuses a stale schema before the port opens
     scheme = "https" if args.ssl_certfile else "http"
-    _log(f"loomtune coordinator on {scheme}://{args.host}:{args.port} (OpenAPI at /docs)")
+    log(f"loomtune coordinator on {scheme}://{args.host}:{args.port} (OpenAPI at /docs)")
     uvicorn.run(
         app,
         host=args.host,
@@ -107,10 +105,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from service import tokens
+    from service.coordinator import tokens
+    from service.coordinator.errors import ApiError, Invalid
     from service.db.session import Sessions, as_utc, as_utc_or_none
     from service.db.store import open_database
-    from service.errors import ApiError, Invalid
 
     sessions = Sessions(open_database().engine)
 
@@ -130,7 +128,7 @@ def cmd_token(args: argparse.Namespace) -> int:
                 token, secret = tokens.create_token(session, args.role, args.owner)
                 shown = view(token)
             if args.json:
-                _print_json({**shown, "secret": secret})
+                print_json({**shown, "secret": secret})
             else:
                 print(
                     f"created {shown['role']} token {shown['id']} for owner {shown['owner']}; "
@@ -142,7 +140,7 @@ def cmd_token(args: argparse.Namespace) -> int:
             with sessions.read() as session:
                 rows = [view(t) for t in tokens.list_tokens(session)]
             if args.json:
-                _print_json({"tokens": rows})
+                print_json({"tokens": rows})
             else:
                 print(f"{'id':>5}  {'role':<7} {'owner':<24} {'created':<33} revoked")
                 for r in rows:
@@ -160,7 +158,3 @@ def cmd_token(args: argparse.Namespace) -> int:
         raise TokenError(e.detail) from None
     finally:
         sessions.engine.dispose()
-
-
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from service.tokens import OWNER_PATTERN
+from service.coordinator.tokens import OWNER_PATTERN
 from tuner.database import STATUSES
 
 MAX_ID = 2_147_483_647

@@ -13,11 +13,11 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from service.coordinator.errors import Forbidden, Unauthorized
+from service.coordinator.metrics import Metrics
+from service.coordinator.settings import Settings
+from service.coordinator.tokens import Caller, CallerCache, authenticate_hash, hash_secret
 from service.db.session import Sessions
-from service.errors import Forbidden, Unauthorized
-from service.metrics import Metrics
-from service.settings import Settings
-from service.tokens import Caller, CallerCache, authenticate_hash, hash_secret
 
 
 @dataclass(frozen=True)

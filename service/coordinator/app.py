@@ -20,17 +20,17 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from service.api.deps import CoordinatorState, State
-from service.api.routes import jobs, schedules, tokens, workers, workloads
+from service.coordinator.deps import CoordinatorState, State
+from service.coordinator.errors import ApiError, Invalid, Unauthorized
+from service.coordinator.metrics import Metrics
+from service.coordinator.routes import jobs, schedules, tokens, workers, workloads
+from service.coordinator.schemas import Health
+from service.coordinator.settings import Settings
+from service.coordinator.tokens import CallerCache, ensure_admin_token
 from service.db.engine import make_engine
 from service.db.schema import ensure_schema
 from service.db.session import Sessions
 from service.db.store import DatabaseUnavailableError
-from service.errors import ApiError, Invalid, Unauthorized
-from service.metrics import Metrics
-from service.schemas import Health
-from service.settings import Settings
-from service.tokens import CallerCache, ensure_admin_token
 
 log = logging.getLogger("loomtune.coordinator")
 
@@ -78,7 +78,7 @@ def create_app(
     `settings` default to the environment's (`Settings.from_env`). A given
     `engine` is used as is (its schema still checked) and not disposed. With
     `run_jobs` (what `loomtune serve` does) a job runner thread drives queued
-    jobs while the app runs (`service/job_runner.py`).
+    jobs while the app runs (`service/coordinator/runner.py`).
     """
     settings = settings if settings is not None else Settings.from_env(database_url=database_url)
     if database_url is not None and settings.database_url != database_url:
@@ -99,7 +99,7 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         runner = None
         if run_jobs:
-            from service.job_runner import JobRunnerService
+            from service.coordinator.runner import JobRunnerService
 
             runner = JobRunnerService(engine, lease_seconds=settings.lease_seconds)
             runner.start()

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from service import tokens as T
-from service.api.deps import Admin, State
+from service.coordinator import tokens as T
+from service.coordinator.deps import Admin, State
+from service.coordinator.schemas import MAX_ID, TokenCreate, TokenCreated, TokenList, TokenOut
 from service.db import models as m
 from service.db.session import as_utc, as_utc_or_none
-from service.schemas import MAX_ID, TokenCreate, TokenCreated, TokenList, TokenOut
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 

@@ -1,6 +1,6 @@
 """The coordinator's job runner: drives queued jobs with the tuner's own loop.
 
-One thread per coordinator process claims a job (`service.jobs.claim_job`, a
+One thread per coordinator process claims a job (`service.coordinator.jobs.claim_job`, a
 lease on the job so that with several coordinators on one PostgreSQL each job
 has exactly one driver), rebuilds its search from the database (the strategy
 de-duplicates against every stored record and the evolutionary model warm-
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from ir.task import Task
-from service import jobs
+from service.coordinator import jobs
 from service.db.session import Sessions
 from service.db.store import SQLDatabase
 from tuner.database import TuningRecord
 from tuner.loop import tune_loop
 from tuner.runner import MeasureResult, RunnerFuture
-from tuner.strategy import SearchContext, make_strategy
+from tuner.search.strategy import SearchContext, make_strategy
 from tuner.trace.trace import Trace
 
 log = logging.getLogger("loomtune.jobs")

@@ -7,13 +7,20 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from sqlalchemy import select
 
-from service import jobs as J
-from service.api.deps import Client, State
+from service.coordinator import jobs as J
+from service.coordinator.deps import Client, State
+from service.coordinator.errors import NotFound
+from service.coordinator.records import list_workloads, records_of_workload
+from service.coordinator.schemas import (
+    MAX_ID,
+    RecordList,
+    RecordOut,
+    RecordStatus,
+    WorkloadList,
+    WorkloadOut,
+)
 from service.db import models as m
 from service.db.session import as_utc
-from service.errors import NotFound
-from service.records import list_workloads, records_of_workload
-from service.schemas import MAX_ID, RecordList, RecordOut, RecordStatus, WorkloadList, WorkloadOut
 
 router = APIRouter(prefix="/v1/workloads", tags=["workloads"])
 

@@ -21,10 +21,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from service.coordinator.jobs import JOB_STATUSES
+from service.coordinator.settings import Settings
 from service.db import models as m
 from service.db.session import Sessions
-from service.jobs import JOB_STATUSES
-from service.settings import Settings
 from tuner.database import STATUSES, utc_now
 
 RATE_WINDOW_S = 60.0

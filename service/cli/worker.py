@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
 from typing import Any
 
+from service.cli.common import UsageError, positive_int
 
-def add_worker_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
+
+def add_parser(sub: Any) -> None:
     worker = sub.add_parser(
         "worker", help="measure candidates for a coordinator (runs until SIGTERM/Ctrl-C)"
     )
@@ -37,8 +38,8 @@ def add_worker_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from service.cli import UsageError
-    from workers.daemon import COORDINATOR_ENV, TOKEN_ENV, WorkerConfig, parse_cores, run_worker
+    from workers.config import COORDINATOR_ENV, TOKEN_ENV, WorkerConfig, parse_cores
+    from workers.daemon import run_worker
 
     url = args.coordinator or os.environ.get(COORDINATOR_ENV, "").strip()
     token = args.token or os.environ.get(TOKEN_ENV, "").strip()

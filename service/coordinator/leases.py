@@ -9,7 +9,7 @@ held (else 409, and nothing of that post is stored); a result posted twice
 with the same record id is stored once and answered the same way.
 
 Row locks are always taken in one order, worker -> jobs -> candidates (by id),
-here and in `service.jobs` (cancel, finish), so concurrent posts, heartbeats,
+here and in `service.coordinator.jobs` (cancel, finish), so concurrent posts, heartbeats,
 leases and cancels wait for each other but never deadlock on PostgreSQL.
 
 Every request of a worker is a few SQLAlchemy Core statements (the hot path
@@ -28,12 +28,12 @@ from typing import Any
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
+from service.coordinator.errors import Conflict, Forbidden, Invalid, NotFound
+from service.coordinator.jobs import MAX_CPU, MAX_TARGET, target_id
+from service.coordinator.tokens import Caller
 from service.db import models as m
 from service.db.session import as_utc
-from service.db.store import _insert, lease_candidates
-from service.errors import Conflict, Forbidden, Invalid, NotFound
-from service.jobs import MAX_CPU, MAX_TARGET, target_id
-from service.tokens import Caller
+from service.db.store import dialect_insert, lease_candidates, record_to_row
 from tuner.database import utc_now
 
 
@@ -160,7 +160,7 @@ def _insert_records(session: Session) -> Any:
     """INSERT ... ON CONFLICT DO NOTHING into records, per dialect, built once."""
     dialect = session.get_bind().dialect.name
     if dialect not in _INSERT_RECORDS:
-        _INSERT_RECORDS[dialect] = _insert(session, _RECORDS).on_conflict_do_nothing()
+        _INSERT_RECORDS[dialect] = dialect_insert(session, _RECORDS).on_conflict_do_nothing()
     return _INSERT_RECORDS[dialect]
 
 
@@ -322,23 +322,23 @@ def submit_results(session: Session, worker: WorkerRow, results: Sequence[Result
         job = jobs[row.job_id]
         ok = r.status == "ok"
         rows.append(
-            {
-                "record_id": r.record_id,
-                "workload_key": job.workload_key,
-                "target_id": job.target_id,
-                "job_id": job.id,
-                "candidate_id": row.id,
-                "trace": row.trace,
-                "trace_hash": row.trace_hash,
-                "run_times": list(r.run_times_ms),
-                "median_ms": float(statistics.median(r.run_times_ms)) if ok else None,
-                "status": r.status,
-                "message": r.message,
-                "worker": worker.name[:256],
-                "loomtune_version": r.loomtune_version,
-                "llvm_version": r.llvm_version,
-                "measured_at": now,
-            }
+            record_to_row(
+                record_id=r.record_id,
+                workload_key=job.workload_key,
+                target_id=job.target_id,
+                job_id=job.id,
+                candidate_id=row.id,
+                trace=row.trace,
+                trace_hash=row.trace_hash,
+                run_times_ms=r.run_times_ms,
+                median_ms=float(statistics.median(r.run_times_ms)) if ok else None,
+                status=r.status,
+                message=r.message,
+                worker=worker.name[:256],
+                loomtune_version=r.loomtune_version,
+                llvm_version=r.llvm_version,
+                measured_at=now,
+            )
         )
         per_job[row.job_id] = per_job.get(row.job_id, 0) + 1
     # The trace already measured for this workload and target (by another job): keep the first.

@@ -11,9 +11,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from service.cli.common import (
+    Parser,
+    UsageError,
+    best_line,
+    log,
+    parse_workload_args,
+    positive_int,
+    print_json,
+)
 
 JOB_FIELDS = ("id", "status", "trials", "trials_done", "best_latency_ms", "error", "waiting_reason")
 """The fields of `jobs submit --json` and `jobs show --json` (DESIGN.md); a few more follow them."""
@@ -28,11 +37,9 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", metavar="T", help="API token (default: LOOMTUNE_TOKEN)")
 
 
-def add_jobs_parsers(
-    sub: Any, parser_class: type[argparse.ArgumentParser], positive_int: Callable[[str], int]
-) -> None:
+def add_parsers(sub: Any) -> None:
     jobs = sub.add_parser("jobs", help="a coordinator's tuning jobs: submit, list, show, cancel")
-    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True, parser_class=parser_class)
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True, parser_class=Parser)
 
     submit = jobs_sub.add_parser("submit", help="submit a tuning job to the coordinator")
     submit.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")
@@ -138,7 +145,6 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from service.cli import UsageError, _log, _print_json, parse_workload_args
 
     if args.workload_file is None and not args.workload:
         raise UsageError("name an operator (see `loomtune ops`) or pass --workload FILE.json")
@@ -153,34 +159,33 @@ def _submit(args: argparse.Namespace) -> int:
             strategy=args.strategy,
             seed=args.seed,
         )
-        _log(
+        log(
             f"submitted job {job['id']}: {_describe(job)}, {job['trials']} trials on {short_target(job['target'])} ({job['status']})"
         )
         if job.get("waiting_reason"):
-            _log(f"job {job['id']}: {job['waiting_reason']}")
+            log(f"job {job['id']}: {job['waiting_reason']}")
         if args.wait:
             try:
                 job = _follow(client, job)
             except KeyboardInterrupt:
-                _log(
+                log(
                     f"stopped following job {job['id']}; it goes on (`loomtune jobs show {job['id']}`)"
                 )
                 return 130
     if args.json:
-        _print_json(job_json(job))
+        print_json(job_json(job))
     else:
         _print_job(job)
     return _job_exit(job) if args.wait else 0
 
 
 def _job_exit(job: dict[str, Any]) -> int:
-    from service.cli import _log
 
     if job["status"] == "failed":
-        _log(f"loomtune: job {job['id']} failed: {job.get('error') or 'no reason given'}")
+        log(f"loomtune: job {job['id']} failed: {job.get('error') or 'no reason given'}")
         return EXIT_JOB_FAILED
     if job["status"] == "cancelled":
-        _log(f"loomtune: job {job['id']} was cancelled after {job['trials_done']} trial(s)")
+        log(f"loomtune: job {job['id']} was cancelled after {job['trials_done']} trial(s)")
         return EXIT_JOB_FAILED
     return 0
 
@@ -190,7 +195,6 @@ POLL_SECONDS = 1.0
 
 def _follow(client: Any, job: dict[str, Any]) -> dict[str, Any]:
     """Poll the job until it ends: a progress bar when stderr is a terminal, else a line per change of state."""
-    from service.cli import _log
 
     if sys.stderr.isatty():
         from rich.console import Console
@@ -234,7 +238,7 @@ def _follow(client: Any, job: dict[str, Any]) -> dict[str, Any]:
             seen[0] = state
             last_log[0] = now
             why = f" ({j['waiting_reason']})" if j.get("waiting_reason") else ""
-            _log(
+            log(
                 f"job {j['id']}: {j['status']}, {j['trials_done']}/{j['trials']} trials, best {_best_text(j)}{why}"
             )
 
@@ -257,12 +261,11 @@ def _print_job(job: dict[str, Any]) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from service.cli import _print_json
 
     with make_client(args) as client:
         jobs = client.jobs()
     if args.json:
-        _print_json({"jobs": [job_json(j) for j in jobs]})
+        print_json({"jobs": [job_json(j) for j in jobs]})
         return 0
     if not jobs:
         print("no jobs")
@@ -277,7 +280,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from service.cli import UsageError, _log, _print_json
 
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         raise UsageError(f"--plot writes a PNG file; got {args.plot!r}")
@@ -286,24 +288,23 @@ def _show(args: argparse.Namespace) -> int:
         points = client.history(args.id)["points"] if (args.plot is not None or args.json) else []
     history = [p["best_ms"] for p in points]
     if args.plot is not None:
-        from service.tune_cli import write_plot
+        from service.cli.tune import write_plot
 
         write_plot(args.plot, history, None, f"job {job['id']}: {_describe(job)}")
-        _log(f"wrote {args.plot}")
+        log(f"wrote {args.plot}")
     if args.json:
-        _print_json({**job_json(job), "history": history})
+        print_json({**job_json(job), "history": history})
     else:
         _print_job(job)
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from service.cli import _print_json
 
     with make_client(args) as client:
         job = client.cancel(args.id)
     if args.json:
-        _print_json(job_json(job))
+        print_json(job_json(job))
     else:
         print(
             f"job {job['id']} {job['status']} after {job['trials_done']}/{job['trials']} trials; its records are kept"
@@ -316,7 +317,6 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def remote_target(text: str, threads: int | None) -> str:
     """`--target` with `--threads` applied, for the coordinator to resolve (`host`: its workers' CPU)."""
-    from service.cli import UsageError
 
     if threads is None:
         return text
@@ -331,7 +331,6 @@ def remote_target(text: str, threads: int | None) -> str:
 
 def cmd_best_remote(args: argparse.Namespace) -> int:
     """`loomtune best OP k=v --coordinator URL`: the coordinator's best record (same output as the local one)."""
-    from service.cli import UsageError, _log, _print_json, best_line, parse_workload_args
     from tuner.trace.file import TraceFile
 
     op, params = parse_workload_args(args.workload, None)
@@ -344,7 +343,7 @@ def cmd_best_remote(args: argparse.Namespace) -> int:
             trace_file.save(args.output)
         except OSError as e:
             raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
-        _log(f"wrote {args.output}")
+        log(f"wrote {args.output}")
     result = {
         "op": best["op"],
         "params": best["params"],
@@ -358,7 +357,7 @@ def cmd_best_remote(args: argparse.Namespace) -> int:
         "trace": best["trace"],
     }
     if args.json:
-        _print_json(result)
+        print_json(result)
     else:
         params_text = " ".join(f"{k}={v}" for k, v in best["params"].items())
         print(

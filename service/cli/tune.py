@@ -7,10 +7,19 @@ import sys
 from collections import Counter
 from typing import Any
 
+from service.cli.common import (
+    EXIT_INCORRECT,
+    UsageError,
+    log,
+    params_text,
+    positive_int,
+    print_json,
+    resolve_task,
+)
 from tuner.database import STATUSES
 
 
-def add_tune_parser(sub: Any, positive_int: Any) -> None:
+def add_parser(sub: Any) -> None:
     tune = sub.add_parser(
         "tune", help="tune a workload on this machine (local database and worker pool)"
     )
@@ -44,7 +53,6 @@ def add_tune_parser(sub: Any, positive_int: Any) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from service.cli import EXIT_INCORRECT, UsageError, _log, _print_json, resolve_task
     from service.tuning import tune_task
 
     if args.plot is not None and not args.plot.lower().endswith(".png"):
@@ -56,7 +64,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.workload_file is None and not args.workload:
         raise UsageError("name an operator (see `loomtune ops`) or pass --workload FILE.json")
     task = resolve_task(args.workload, args.workload_file)
-    _log(f"tuning {task.op} {_params(task.params)}: {args.trials} trials, {args.threads} thread(s)")
+    log(
+        f"tuning {task.op} {params_text(task.params)}: {args.trials} trials, {args.threads} thread(s)"
+    )
     with _progress(args.trials) as on_trial, graceful_interrupt() as should_stop:
         outcome = tune_task(
             task,
@@ -68,19 +78,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
             should_stop=should_stop,
         )
     if outcome.run.interrupted or outcome.run.exhausted:
-        _log(f"stopped: {outcome.run.stop_reason}")
+        log(f"stopped: {outcome.run.stop_reason}")
     result = tune_result(outcome, args.trials)
     if args.plot is not None:
         write_plot(
-            args.plot, outcome.run.history, result["numpy_ms"], f"{task.op} {_params(task.params)}"
+            args.plot,
+            outcome.run.history,
+            result["numpy_ms"],
+            f"{task.op} {params_text(task.params)}",
         )
-        _log(f"wrote {args.plot}")
+        log(f"wrote {args.plot}")
     if args.json:
-        _print_json(result)
+        print_json(result)
     else:
         _print_table(result)
     if not result["correct"]:
-        _log(f"loomtune: {result.get('error', 'no correct kernel')}")
+        log(f"loomtune: {result.get('error', 'no correct kernel')}")
         return EXIT_INCORRECT
     return 0
 
@@ -175,11 +188,10 @@ def load_tasks_file(path: str) -> list[tuple[Any, float]]:
 
 
 def _cmd_tune_tasks(args: argparse.Namespace) -> int:
-    from service.cli import EXIT_INCORRECT, _log, _print_json
     from service.tuning import tune_tasks
 
     tasks = load_tasks_file(args.tasks)
-    _log(
+    log(
         f"tuning {len(tasks)} workloads under one budget of {args.trials} trials, {args.threads} thread(s)"
     )
     with _progress(args.trials) as on_trial, graceful_interrupt() as should_stop:
@@ -198,9 +210,9 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
     combined = {"tasks": results, "weighted_latency_ms": outcome.weighted_latency_ms}
     if args.plot is not None:
         write_plots(args.plot, results)
-        _log(f"wrote {args.plot}")
+        log(f"wrote {args.plot}")
     if args.json:
-        _print_json(combined)
+        print_json(combined)
     else:
         for r in results:
             _print_table(r)
@@ -211,13 +223,9 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
             else "weighted latency: - (a workload has no correct kernel)"
         )
     if not all(r["correct"] for r in results):
-        _log("loomtune: a workload has no correct kernel")
+        log("loomtune: a workload has no correct kernel")
         return EXIT_INCORRECT
     return 0
-
-
-def _params(params: dict[str, int]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items())
 
 
 class graceful_interrupt:
@@ -311,8 +319,6 @@ def write_plot(path: str, history: list[float | None], numpy_ms: float | None, t
     try:
         fig.savefig(path, format="png")
     except OSError as e:
-        from service.cli import UsageError
-
         raise UsageError(f"cannot write {path}: {e.strerror}") from None
     finally:
         plt.close(fig)
@@ -348,8 +354,6 @@ def write_plots(path: str, results: list[dict[str, Any]]) -> None:
     try:
         fig.savefig(path, format="png")
     except OSError as e:
-        from service.cli import UsageError
-
         raise UsageError(f"cannot write {path}: {e.strerror}") from None
     finally:
         plt.close(fig)
@@ -360,7 +364,7 @@ def _print_table(r: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(
-        title=f"{r['op']} {_params(r['params'])} — {r['trials_done']} trials in {r['tuning_seconds']:.1f} s"
+        title=f"{r['op']} {params_text(r['params'])} — {r['trials_done']} trials in {r['tuning_seconds']:.1f} s"
     )
     for col in ("", "latency (ms)", "GFLOP/s", "vs numpy"):
         table.add_column(col, justify="right")

@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from service import jobs as J
-from service.api.deps import Client, State
-from service.errors import Invalid
-from service.schemas import (
+from service.coordinator import jobs as J
+from service.coordinator.deps import Client, State
+from service.coordinator.errors import Invalid
+from service.coordinator.schemas import (
     MAX_ID,
     HistoryPointOut,
     JobCreate,

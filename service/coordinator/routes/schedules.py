@@ -7,12 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from sqlalchemy import select
 
-from service import jobs as J
-from service.api.deps import Client, State
+from service.coordinator import jobs as J
+from service.coordinator.deps import Client, State
+from service.coordinator.errors import Invalid, NotFound
+from service.coordinator.records import best_record, workload_spec
+from service.coordinator.schemas import BestOut, TraceFileOut
 from service.db import models as m
-from service.errors import Invalid, NotFound
-from service.records import best_record, workload_spec
-from service.schemas import BestOut, TraceFileOut
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 

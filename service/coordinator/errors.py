@@ -1,6 +1,6 @@
 """Errors of the coordinator, as plain exceptions: the API turns each into its status code.
 
-The coordinator's logic (`service/jobs.py`, `service/leases.py`, `service/tokens.py`)
+The coordinator's logic (`service/coordinator/jobs.py`, `service/coordinator/leases.py`, `service/coordinator/tokens.py`)
 raises these and knows nothing of HTTP frameworks; the app maps them to JSON
 (`{"detail": ...}`, and for 422 the same `[{"loc", "msg", "type"}]` list FastAPI
 uses for its own validation errors, so every 422 names its field the same way).

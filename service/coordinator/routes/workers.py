@@ -6,11 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from service import leases as L
-from service.api.deps import Admin, State, WorkerRole
-from service.db.session import as_utc
-from service.errors import Conflict
-from service.schemas import (
+from service.coordinator import leases as L
+from service.coordinator.deps import Admin, State, WorkerRole
+from service.coordinator.errors import Conflict
+from service.coordinator.schemas import (
     MAX_ID,
     HeartbeatOut,
     LeasedCandidate,
@@ -25,6 +24,7 @@ from service.schemas import (
     WorkerRegister,
     WorkerRegistered,
 )
+from service.db.session import as_utc
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
 

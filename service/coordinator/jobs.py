@@ -8,7 +8,7 @@ waits for workers' results and finishes it:
 
 Every function takes the caller's `Session`, inside `Sessions.write()` when it
 changes anything, so the caller decides what commits together. Row locks go
-in one order everywhere, worker -> jobs -> candidates (see `service.leases`):
+in one order everywhere, worker -> jobs -> candidates (see `service.coordinator.leases`):
 lock a job before touching its candidates.
 
 The job runner's seam (it wraps `tuner.loop.tune_loop` with a `Runner` over these):
@@ -36,12 +36,12 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from service.coordinator.errors import Conflict, Forbidden, Invalid, NotFound
+from service.coordinator.records import best_of_jobs, record_by_id, record_of_trace, records_of_job
+from service.coordinator.tokens import Caller
 from service.db import models as m
 from service.db.session import as_utc, as_utc_or_none
-from service.db.store import _insert
-from service.errors import Conflict, Forbidden, Invalid, NotFound
-from service.records import best_of_jobs, record_by_id, record_of_trace, records_of_job
-from service.tokens import Caller
+from service.db.store import dialect_insert
 from tuner.database import TuningRecord, utc_now
 
 JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -85,7 +85,7 @@ def resolve_task(spec: Mapping[str, Any], loc: tuple[str, ...] = ("body", "workl
 
 def known_strategies() -> tuple[list[str], str]:
     """The strategies the tuner registers, and the default (evolutionary once it exists)."""
-    from tuner.strategy import STRATEGIES, default_strategy
+    from tuner.search.strategy import STRATEGIES, default_strategy
 
     default = default_strategy()  # imports the strategy modules, which register themselves
     return sorted(STRATEGIES), default
@@ -158,7 +158,7 @@ def target_id(session: Session, canonical: str) -> int:
     if found is None:
         parsed = parse_target(canonical)
         session.execute(
-            _insert(session, m.Target)
+            dialect_insert(session, m.Target)
             .values(
                 canonical=canonical,
                 cpu=parsed.cpu,
@@ -174,7 +174,7 @@ def target_id(session: Session, canonical: str) -> int:
 
 def commit_workload(session: Session, task: Any) -> None:
     session.execute(
-        _insert(session, m.Workload)
+        dialect_insert(session, m.Workload)
         .values(
             key=task.key,
             op=task.op,
@@ -420,7 +420,7 @@ def add_candidates(
         return []
     for trace, trace_hash in traces:
         session.execute(
-            _insert(session, m.Candidate)
+            dialect_insert(session, m.Candidate)
             .values(
                 job_id=job_id,
                 trace=dict(trace),

@@ -8,19 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.db import models as m
-from service.db.store import best_record_of, final_of, to_tuning_record
-from service.db.store import select_records as _select
+from service.db.store import best_record_of, fetch_records, final_of, select_records
 from tuner.database import TuningRecord
-
-
-def _fetch(session: Session, query: Select[Any]) -> list[TuningRecord]:
-    return [
-        to_tuning_record(rec, wl, canonical) for rec, wl, canonical in session.execute(query).all()
-    ]
 
 
 def target_id_of(session: Session, canonical: str) -> int | None:
@@ -37,7 +30,7 @@ def records_of_workload(
     offset: int = 0,
 ) -> list[TuningRecord]:
     """A workload's records, fastest ok records first, then failures, oldest first among equals."""
-    query = _select().where(m.Record.workload_key == workload_key)
+    query = select_records().where(m.Record.workload_key == workload_key)
     if target is not None:
         query = query.where(m.Target.canonical == target)
     if status is not None:
@@ -45,30 +38,30 @@ def records_of_workload(
     query = query.order_by(
         m.Record.median_ms.is_(None), m.Record.median_ms, m.Record.measured_at, m.Record.record_id
     )
-    return _fetch(session, query.limit(limit).offset(offset))
+    return fetch_records(session, query.limit(limit).offset(offset))
 
 
 def records_of_job(session: Session, job_id: int) -> list[TuningRecord]:
     """A job's records in the order they were measured: its tuning curve."""
     query = (
-        _select()
+        select_records()
         .where(m.Record.job_id == job_id)
         .order_by(m.Record.measured_at, m.Record.record_id)
     )
-    return _fetch(session, query)
+    return fetch_records(session, query)
 
 
 def record_by_id(session: Session, record_id: str) -> TuningRecord | None:
-    found = _fetch(session, _select().where(m.Record.record_id == record_id))
+    found = fetch_records(session, select_records().where(m.Record.record_id == record_id))
     return found[0] if found else None
 
 
 def record_of_trace(
     session: Session, workload_key: str, target_id: int, trace_hash: str
 ) -> TuningRecord | None:
-    found = _fetch(
+    found = fetch_records(
         session,
-        _select().where(
+        select_records().where(
             m.Record.workload_key == workload_key,
             m.Record.target_id == target_id,
             m.Record.trace_hash == trace_hash,

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.coordinator.errors import Invalid, NotFound
 from service.db import models as m
-from service.errors import Invalid, NotFound
 from tuner.database import utc_now
 
 ROLES = ("admin", "client", "worker")
@@ -161,10 +161,10 @@ def ensure_admin_token(session: Session, secret: str) -> None:
     Two coordinators starting together on one database both try: the insert
     skips a hash that is already there.
     """
-    from service.db.store import _insert
+    from service.db.store import dialect_insert
 
     session.execute(
-        _insert(session, m.ApiToken)
+        dialect_insert(session, m.ApiToken)
         .values(
             hashed_secret=hash_secret(secret),
             role="admin",

@@ -1,1 +1,0 @@
-"""The REST API (v1): one router per resource, mounted by `service.app.create_app`."""

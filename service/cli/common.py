@@ -1,0 +1,104 @@
+"""What every `loomtune` command shares: usage errors, exit codes, logging, JSON output, workloads.
+
+Every user error prints one line naming what was wrong to stderr and exits 2;
+`--json` prints exactly one JSON object on stdout; progress and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from ir.errors import LoomtuneError
+
+EXIT_USER_ERROR = 2
+EXIT_INCORRECT = 1
+
+
+class UsageError(LoomtuneError):
+    """A command line that cannot be understood."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are `UsageError`s (one line, exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def parse_workload_args(
+    words: Sequence[str], workload_file: str | None
+) -> tuple[str | None, dict[str, str]]:
+    """`OP k=v ...` or `--workload FILE k=v ...` -> (op or None, params)."""
+    words = list(words)
+    op: str | None = None
+    if workload_file is None:
+        if not words or "=" in words[0]:
+            raise UsageError("name an operator (see `loomtune ops`) or pass --workload FILE.json")
+        op = words.pop(0)
+    params: dict[str, str] = {}
+    for w in words:
+        key, sep, value = w.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"expected a parameter as name=value, got {w!r}")
+        if key in params:
+            raise UsageError(f"parameter {key} given twice")
+        params[key] = value
+    return op, params
+
+
+def resolve_task(words: Sequence[str], workload_file: str | None):
+    from ir.definition import load_definition_file
+    from ir.task import custom_task, library_task
+
+    op, params = parse_workload_args(words, workload_file)
+    if workload_file is not None:
+        return custom_task(load_definition_file(workload_file), params)
+    assert op is not None
+    return library_task(op, params)
+
+
+def export_target(text: str, threads: int | None):
+    """`--target` with `--threads` applied; the two may not disagree on the thread count."""
+    from codegen.host import parse_target
+
+    target = parse_target(text)
+    if threads is None:
+        return target
+    if "-num-threads=" in text and target.num_threads != threads:
+        raise UsageError(
+            f"--threads {threads} contradicts -num-threads={target.num_threads} in --target"
+        )
+    return target.with_threads(threads)
+
+
+def params_text(params: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def best_line(median_ms: float, runs: int, retimed_ms: float | None) -> str:
+    line = f"best: {median_ms:.4f} ms (median of {runs} runs)"
+    if retimed_ms is not None:
+        line += f"; {retimed_ms:.4f} ms re-timed beside the other finalists, which chose it"
+    return line
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr)
