@@ -1,11 +1,15 @@
-"""Shared test helpers: goldens that regenerate with LOOMTUNE_UPDATE_GOLDENS=1."""
+"""Shared test helpers: goldens that regenerate with LOOMTUNE_UPDATE_GOLDENS=1; database fixtures."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.postgresql import fresh_pg_schema, pg_schema_engine
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -36,3 +40,33 @@ def golden(request: pytest.FixtureRequest):
         assert _normalise(text) == _normalise(path.read_text()), f"{name} differs from its golden"
 
     return compare
+
+
+# -- databases: PostgreSQL (tests/postgresql.py) and SQLite ------------------------------------
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema, dropped afterwards (fails under CI=true when unreachable)."""
+    yield from fresh_pg_schema()
+
+
+@pytest.fixture
+def pg_engine(pg_schema: str) -> Iterator[Any]:
+    engine = pg_schema_engine(pg_schema)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path: Path) -> Iterator[Any]:
+    from service.db.engine import make_engine
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'data' / 'loomtune.db'}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_engine(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue(f"{'pg' if request.param == 'postgresql' else 'sqlite'}_engine")

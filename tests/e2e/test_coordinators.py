@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests.e2e.cluster import Coordinator, Proc, Worker, core_list, free_port
-from tests.e2e.test_workers import SETTINGS, _records_per_candidate, _schema
-from tests.service.api.apikit import pg_url_for
+from tests.e2e.test_workers import SETTINGS, e2e_schema, records_per_candidate
+from tests.postgresql import pg_url_for
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def wait_status(c: Coordinator, token: str, job_id: int, timeout: float = 180) -
 
 
 def test_a_coordinator_killed_mid_job_resumes_it_after_a_restart(procs: list[Proc]) -> None:
-    for schema in _schema():
+    for schema in e2e_schema():
         c = Coordinator(pg_url_for(schema), port=free_port(), **SETTINGS)
         try:
             c.start()
@@ -98,7 +98,7 @@ def test_a_coordinator_killed_mid_job_resumes_it_after_a_restart(procs: list[Pro
                 print("WORKER", worker.text()[-3000:])
                 raise
             assert done["status"] == "succeeded" and done["trials_done"] == trials, done
-            counts = _records_per_candidate(c, job_id)
+            counts = records_per_candidate(c, job_id)
             assert len(counts) == trials and set(counts.values()) == {1}
             hashes = [
                 h for (h,) in c.rows("SELECT trace_hash FROM records WHERE job_id = :j", j=job_id)
@@ -110,7 +110,7 @@ def test_a_coordinator_killed_mid_job_resumes_it_after_a_restart(procs: list[Pro
 
 
 def test_two_coordinators_on_one_database_drive_each_job_once(procs: list[Proc]) -> None:
-    for schema in _schema():
+    for schema in e2e_schema():
         url = pg_url_for(schema)
         first = Coordinator(url, port=free_port(), **SETTINGS).start()
         second = Coordinator(url, port=free_port(), **SETTINGS).serve()

@@ -37,21 +37,21 @@ from tests.e2e.cluster import (
     free_port,
     sample_traces,
 )
-from tests.service.api.apikit import fresh_pg_schema, pg_url_for
+from tests.postgresql import fresh_pg_schema, pg_url_for
 
 TASK = library_task("matmul", {"m": 16, "n": 16, "k": 16})
 LEASE_SECONDS = "3"
 SETTINGS = {"LOOMTUNE_LEASE_SECONDS": LEASE_SECONDS, "LOOMTUNE_HEARTBEAT_SECONDS": "0.5"}
 
 
-def _schema() -> Iterator[str]:
+def e2e_schema() -> Iterator[str]:
     yield from fresh_pg_schema("loomtune_e2e")
 
 
 @pytest.fixture(scope="module")
 def coordinator() -> Iterator[Coordinator]:
     """One coordinator for the module's tests (each test finishes its own jobs)."""
-    for schema in _schema():
+    for schema in e2e_schema():
         c = Coordinator(pg_url_for(schema), **SETTINGS)
         try:
             yield c.start()
@@ -73,7 +73,7 @@ def target() -> str:
     return host_target(1).canonical()
 
 
-def _records_per_candidate(c: Coordinator, job_id: int) -> dict[int, int]:
+def records_per_candidate(c: Coordinator, job_id: int) -> dict[int, int]:
     rows = c.rows(
         "SELECT candidate_id, count(*) FROM records WHERE job_id = :j GROUP BY candidate_id",
         j=job_id,
@@ -100,7 +100,7 @@ def test_two_workers_measure_every_candidate_exactly_once(
     try:
         c.wait_measured(job_id)
         # Every candidate has exactly one record, measured by one of the two workers at the first attempt.
-        assert _records_per_candidate(c, job_id) == {cid: 1 for cid in ids}
+        assert records_per_candidate(c, job_id) == {cid: 1 for cid in ids}
         assert c.count(
             "SELECT count(*) FROM candidates WHERE job_id = :j AND status = 'done' AND attempts = 1",
             j=job_id,
@@ -172,7 +172,7 @@ def test_a_job_submitted_over_http_is_tuned_by_two_workers(
     assert job["status"] == "succeeded" and job["trials"] == trials and job["error"] is None
     assert job["trials_done"] == trials and job["best_latency_ms"] > 0 and job["target"] == target
     # Exactly its budget of measured candidates, each once, by both workers.
-    counts = _records_per_candidate(c, job["id"])
+    counts = records_per_candidate(c, job["id"])
     assert len(counts) == trials and set(counts.values()) == {1}
     assert c.count("SELECT count(*) FROM records WHERE job_id = :j", j=job["id"]) == trials
     assert len(c.rows("SELECT DISTINCT worker FROM records WHERE job_id = :j", j=job["id"])) == 2
@@ -239,7 +239,7 @@ def test_a_worker_killed_with_sigkill_has_its_leases_re_dispatched(
         assert (
             time.monotonic() - killed_at >= float(LEASE_SECONDS) - 0.5
         )  # not before the lease expired
-        assert _records_per_candidate(c, job_id) == {cid: 1 for cid in ids}
+        assert records_per_candidate(c, job_id) == {cid: 1 for cid in ids}
         rows = c.rows(
             "SELECT attempts, lease_holder, status FROM candidates WHERE job_id = :j", j=job_id
         )
@@ -316,7 +316,7 @@ def test_refused_tokens_are_one_line_and_exit_2(coordinator: Coordinator) -> Non
 
 def test_workers_wait_out_an_unreachable_coordinator(procs: list[Proc], target: str) -> None:
     """Down at the start, then killed and restarted mid-job: the worker carries on, nothing lost or doubled."""
-    for schema in _schema():
+    for schema in e2e_schema():
         c = Coordinator(pg_url_for(schema), port=free_port(), **SETTINGS)
         try:
             c.upgrade()
@@ -335,7 +335,7 @@ def test_workers_wait_out_an_unreachable_coordinator(procs: list[Proc], target: 
             time.sleep(1.5)
             c.start()  # same database, same port
             c.wait_measured(job_id)
-            assert _records_per_candidate(c, job_id) == {cid: 1 for cid in [*ids, *more]}
+            assert records_per_candidate(c, job_id) == {cid: 1 for cid in [*ids, *more]}
             assert c.count("SELECT trials_done FROM jobs WHERE id = :j", j=job_id) == 6
             log = worker.text()
             assert log.count("unreachable") == 2 and log.count("reachable again") == 2, log

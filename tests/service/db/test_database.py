@@ -1,180 +1,42 @@
 """One suite over every tuning database: in memory, a SQLite file, PostgreSQL.
 
-PostgreSQL is found at LOOMTUNE_TEST_DATABASE_URL (default: the local test
-database); each test gets a fresh schema of its own, dropped afterwards. When
-PostgreSQL cannot be reached the PostgreSQL cases are skipped, except in CI
-(CI=true), where that is a failure.
+PostgreSQL comes from tests/postgresql.py: each test gets a fresh schema of
+its own, dropped afterwards. When PostgreSQL cannot be reached the PostgreSQL
+cases are skipped, except in CI (CI=true), where that is a failure. The
+schema and the migrations are tested in tests/migrations/.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
-import os
-import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
-from sqlalchemy.exc import OperationalError
 
 from service.db.engine import make_engine
-from service.db.schema import StaleSchemaError, check_schema, ensure_schema
+from service.db.schema import ensure_schema
 from service.db.store import SQLDatabase
+from tests.postgresql import pg_schema_engine
+from tests.service.db.recordkit import (
+    MATMUL,
+    MATMUL_BIG,
+    MATMUL_ODD,
+    SKX1,
+    SOFTMAX,
+    T0,
+    ZEN1,
+    ZEN4,
+    record,
+    trace_of,
+)
 from tuner.database import Database, DatabaseError, InMemoryDatabase, TuningRecord
 
-PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-PG_URL = os.environ.get("LOOMTUNE_TEST_DATABASE_URL", PG_DEFAULT)
-
-ZEN1 = "llvm -mcpu=znver3 -mattr=+avx,+avx2,+fma -num-threads=1"
-ZEN4 = "llvm -mcpu=znver3 -mattr=+avx,+avx2,+fma -num-threads=4"
-SKX1 = "llvm -mcpu=skylake-avx512 -mattr=+avx2,+avx512f -num-threads=1"
-
-T0 = datetime(2025, 1, 1, tzinfo=UTC)
-
-
-# -- records ---------------------------------------------------------------------------
-
-
-def trace_of(n: int) -> tuple[dict[str, Any], str]:
-    """A stand-in trace (the store treats traces as opaque JSON) and its hash."""
-    trace = {"version": 1, "instructions": [], "decisions": {"0": [n, 1]}}
-    return trace, hashlib.sha256(json.dumps(trace, sort_keys=True).encode()).hexdigest()
-
-
-def workload(op: str, **params: int) -> tuple[str, str, dict[str, int], dict[str, Any]]:
-    key = hashlib.sha256(json.dumps([op, params], sort_keys=True).encode()).hexdigest()
-    return key, op, params, {"format": "loomtune.workload/1", "name": op, "stand_in": True}
-
-
-MATMUL = workload("matmul", m=64, n=64, k=64)
-MATMUL_BIG = workload("matmul", m=128, n=128, k=128)
-MATMUL_ODD = workload("matmul", m=65, n=63, k=64)
-SOFTMAX = workload("softmax", m=64, n=64)
-
-
-def record(
-    wl: tuple[str, str, dict[str, int], dict[str, Any]],
-    n: int,
-    median: float | None,
-    *,
-    target: str = ZEN1,
-    status: str = "ok",
-    at: int = 0,
-) -> TuningRecord:
-    key, op, params, definition = wl
-    trace, trace_hash = trace_of(n)
-    times = (median, median) if median is not None else (0.5,)
-    return TuningRecord(
-        record_id=str(uuid.uuid4()),
-        workload_key=key,
-        op=op,
-        params=params,
-        definition=definition,
-        target=target,
-        trace=trace,
-        trace_hash=trace_hash,
-        run_times_ms=times,  # type: ignore[arg-type]
-        median_ms=median if status == "ok" else None,
-        status=status,
-        message="" if status == "ok" else f"{status} on purpose",
-        worker="test",
-        loomtune_version="0.1.0",
-        llvm_version="22.1.0",
-        measured_at=T0 + timedelta(seconds=at),
-    )
-
-
 # -- backends --------------------------------------------------------------------------
-
-_pg_reachable: bool | None = None
-
-
-def require_postgresql() -> None:
-    global _pg_reachable
-    if _pg_reachable is None:
-        engine = make_engine(PG_URL, connect_args={"connect_timeout": 3})
-        try:
-            with engine.connect():
-                _pg_reachable = True
-        except OperationalError:
-            _pg_reachable = False
-        finally:
-            engine.dispose()
-    if not _pg_reachable:
-        message = f"PostgreSQL unreachable at {PG_URL} (set LOOMTUNE_TEST_DATABASE_URL)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-def test_unreachable_postgresql_fails_in_ci_and_is_skipped_elsewhere() -> None:
-    """The rule above, checked: a pytest run against a closed port, with CI=true and without."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    node = f"{Path(__file__).resolve()}::test_empty_postgresql_database_gets_the_schema"
-    env = {
-        **os.environ,
-        "LOOMTUNE_TEST_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none",
-    }
-    for ci in ("true", ""):
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
-            env={**env, "CI": ci},
-            cwd=Path(__file__).resolve().parents[2],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        summary = proc.stdout.strip().splitlines()[-1]
-        assert "PostgreSQL unreachable" in proc.stdout, proc.stdout[-2000:]
-        if ci:  # the fixture fails: pytest reports an error, the run fails
-            assert proc.returncode == 1 and "1 error" in summary and "skipped" not in summary, (
-                summary
-            )
-        else:
-            assert proc.returncode == 0 and "1 skipped" in summary, summary
-
-
-def pg_schema_engine(schema: str) -> Engine:
-    return make_engine(PG_URL, connect_args={"options": f"-csearch_path={schema}"})
-
-
-@pytest.fixture
-def pg_schema() -> Iterator[str]:
-    """A fresh, empty PostgreSQL schema, dropped afterwards."""
-    require_postgresql()
-    schema = f"loomtune_test_{uuid.uuid4().hex[:12]}"
-    admin = make_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield schema
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
-
-
-@pytest.fixture
-def pg_engine(pg_schema: str) -> Iterator[Engine]:
-    engine = pg_schema_engine(pg_schema)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def sqlite_engine(tmp_path) -> Iterator[Engine]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'data' / 'loomtune.db'}")
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
@@ -186,11 +48,6 @@ def db(request: pytest.FixtureRequest) -> Database:
     )
     ensure_schema(engine)
     return SQLDatabase(engine)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def sql_engine(request: pytest.FixtureRequest) -> Engine:
-    return request.getfixturevalue(f"{'pg' if request.param == 'postgresql' else 'sqlite'}_engine")
 
 
 # -- the protocol, on every backend -----------------------------------------------------
@@ -408,7 +265,7 @@ def test_export_line_round_trip() -> None:
         TuningRecord.from_json({**r.to_json(), "run_times_ms": "fast"})
 
 
-# -- SQL only: transactions, the schema and the migrations ----------------------------------
+# -- SQL only: transactions ------------------------------------------------------------------
 
 
 def test_commit_records_is_all_or_nothing(sql_engine: Engine) -> None:
@@ -420,92 +277,6 @@ def test_commit_records_is_all_or_nothing(sql_engine: Engine) -> None:
     with pytest.raises(DatabaseError, match="canonical"):
         db.commit_records([record(MATMUL, 1, 1.0), bad])
     assert db.training_records(ZEN1) == []
-
-
-def test_models_and_migrations_agree(sql_engine: Engine) -> None:
-    from alembic.autogenerate import compare_metadata
-    from alembic.runtime.migration import MigrationContext
-
-    from service.db.models import Base
-
-    ensure_schema(sql_engine)
-    with sql_engine.connect() as conn:
-        context = MigrationContext.configure(
-            conn, opts={"compare_type": True, "compare_server_default": True}
-        )
-        diff = compare_metadata(context, Base.metadata)
-    assert diff == []
-
-
-def test_migrations_downgrade_to_nothing_and_back(sql_engine: Engine) -> None:
-    import migrations
-
-    ensure_schema(sql_engine)
-    migrations.downgrade(sql_engine, "base")
-    with sql_engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 0
-    migrations.upgrade(sql_engine)
-    assert check_schema(sql_engine) is None
-
-
-def test_stale_postgresql_schema_is_refused(pg_engine: Engine) -> None:
-    with pg_engine.begin() as conn:
-        conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
-        conn.execute(text("INSERT INTO alembic_version VALUES ('0000_older')"))
-        conn.execute(text("CREATE TABLE records (record_id VARCHAR(36) PRIMARY KEY)"))
-    with pytest.raises(StaleSchemaError) as info:
-        ensure_schema(pg_engine)
-    message = str(info.value)
-    assert "loomtune db upgrade" in message and "\n" not in message
-    with pytest.raises(StaleSchemaError, match="loomtune db upgrade"):
-        ensure_schema(pg_engine, embedded=False)
-
-
-def test_tables_without_a_revision_are_refused(pg_engine: Engine) -> None:
-    with pg_engine.begin() as conn:
-        conn.execute(text("CREATE TABLE records (record_id VARCHAR(36) PRIMARY KEY)"))
-    with pytest.raises(StaleSchemaError, match="loomtune db upgrade"):
-        ensure_schema(pg_engine)
-
-
-def test_empty_postgresql_database_gets_the_schema(pg_engine: Engine) -> None:
-    assert "empty" in (check_schema(pg_engine) or "")
-    ensure_schema(pg_engine, embedded=False)
-    assert check_schema(pg_engine) is None
-
-
-def test_empty_sqlite_file_is_created_and_upgraded_on_first_use(tmp_path) -> None:
-    path = tmp_path / "new" / "deeper" / "loomtune.db"
-    engine = make_engine(f"sqlite:///{path}")
-    try:
-        ensure_schema(engine)
-        SQLDatabase(engine).commit_record(record(MATMUL, 1, 1.0))
-    finally:
-        engine.dispose()
-    assert path.exists()
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        tables = {
-            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
-    assert {
-        "workloads",
-        "targets",
-        "jobs",
-        "candidates",
-        "records",
-        "cost_models",
-        "workers",
-        "api_tokens",
-    } <= tables
-
-
-def test_embedded_sqlite_at_an_unknown_revision_is_refused(sqlite_engine: Engine) -> None:
-    ensure_schema(sqlite_engine)
-    with sqlite_engine.begin() as conn:
-        conn.execute(text("UPDATE alembic_version SET version_num = 'ffff_from_the_future'"))
-    with pytest.raises(StaleSchemaError, match="loomtune db upgrade"):
-        ensure_schema(sqlite_engine)
 
 
 def test_default_url_is_the_embedded_file(monkeypatch, tmp_path) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from ir.task import library_task
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "tanh_matmul.workload.json"
 
 DESIGN_OPS = [

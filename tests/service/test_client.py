@@ -18,7 +18,7 @@ from service.client import (
     workload_spec,
 )
 from service.db.store import SQLDatabase
-from tests.service.api.apikit import ADMIN, ZEN, Api, result
+from tests.service.coordinator.apikit import ADMIN, ZEN, Api, result
 
 MM = {"m": 16, "n": 16, "k": 16}
 
@@ -64,7 +64,7 @@ def test_a_custom_workload_from_a_file_or_a_dict(sqlite_api: Api, tmp_path) -> N
     from pathlib import Path
 
     c = _client(sqlite_api, sqlite_api.token("client"))
-    path = Path(__file__).resolve().parents[3] / "examples" / "tanh_matmul.workload.json"
+    path = Path(__file__).resolve().parents[2] / "examples" / "tanh_matmul.workload.json"
     job = c.submit(path, {"m": 32}, trials=2, target=ZEN)
     assert job["workload"]["spec"]["definition"]["format"] == "loomtune.workload/1"
     assert job["workload"]["params"]["m"] == 32

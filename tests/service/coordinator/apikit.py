@@ -1,8 +1,8 @@
 """Helpers of the coordinator tests: a coordinator per test, on SQLite or PostgreSQL, driven in-process over HTTP (httpx TestClient).
 
-PostgreSQL is found at LOOMTUNE_TEST_DATABASE_URL; each test gets a schema of
-its own, dropped afterwards. Unreachable PostgreSQL skips those cases, except
-in CI (CI=true), where it fails. The job runner does not exist yet: tests play
+PostgreSQL comes from tests/postgresql.py: each test gets a schema of its
+own, dropped afterwards; unreachable PostgreSQL skips those cases, except in
+CI (CI=true), where it fails. The job runner does not exist yet: tests play
 its part through its seam (`service.coordinator.jobs.claim_job`, `add_candidates`).
 """
 
@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
-from sqlalchemy.exc import OperationalError
 
 from service.coordinator.app import create_app
 from service.coordinator.settings import Settings
@@ -26,52 +22,9 @@ from service.db.engine import make_engine
 from service.db.schema import ensure_schema
 from service.db.session import Sessions
 
-PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-PG_URL = os.environ.get("LOOMTUNE_TEST_DATABASE_URL", PG_DEFAULT)
-
 ADMIN = "lt_test-admin-secret-0123456789"
 ZEN = "llvm -mcpu=znver3 -mattr=+avx,+avx2,+fma -num-threads=1"
 SKX = "llvm -mcpu=skylake-avx512 -mattr=+avx2,+avx512f -num-threads=1"
-
-_pg_reachable: bool | None = None
-
-
-def require_postgresql() -> None:
-    global _pg_reachable
-    if _pg_reachable is None:
-        engine = make_engine(PG_URL, connect_args={"connect_timeout": 3})
-        try:
-            with engine.connect():
-                _pg_reachable = True
-        except OperationalError:
-            _pg_reachable = False
-        finally:
-            engine.dispose()
-    if not _pg_reachable:
-        message = f"PostgreSQL unreachable at {PG_URL} (set LOOMTUNE_TEST_DATABASE_URL)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-def fresh_pg_schema(prefix: str = "loomtune_test") -> Iterator[str]:
-    """A fresh, empty PostgreSQL schema (its name), dropped afterwards: iterate it once."""
-    require_postgresql()
-    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    admin = make_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield schema
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
-
-
-def pg_url_for(schema: str) -> str:
-    """A URL whose connections use `schema` (what a subprocess is given)."""
-    return f"{PG_URL}?options=-csearch_path%3D{schema}"
 
 
 class Api:

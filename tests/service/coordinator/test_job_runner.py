@@ -17,7 +17,7 @@ import pytest
 from codegen.host import host_target
 from ir.target import Target
 from service.coordinator.runner import JobRunnerService
-from tests.service.api.apikit import Api
+from tests.service.coordinator.apikit import Api
 from tuner.trace.trace import Trace
 from workers.measure import Measurer
 

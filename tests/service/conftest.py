@@ -1,4 +1,4 @@
-"""Fixtures: a coordinator per test, on SQLite or PostgreSQL (helpers in apikit.py)."""
+"""Fixtures: a coordinator per test, on SQLite or PostgreSQL (helpers in coordinator/apikit.py)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.service.api.apikit import Api, fresh_pg_schema, make_api, pg_url_for
-
-
-@pytest.fixture
-def pg_schema() -> Iterator[str]:
-    """A fresh, empty PostgreSQL schema, dropped afterwards."""
-    yield from fresh_pg_schema("loomtune_api")
+from tests.postgresql import pg_url_for
+from tests.service.coordinator.apikit import Api, make_api
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

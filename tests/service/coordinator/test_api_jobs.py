@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.service.api.apikit import ADMIN, SKX, ZEN, Api
+from tests.service.coordinator.apikit import ADMIN, SKX, ZEN, Api
 
 MATMUL = {"op": "matmul", "params": {"m": 16, "n": 16, "k": 16}}
 TANH_DEF = {

@@ -26,7 +26,8 @@ from sqlalchemy import text
 
 from service.cli import main
 from service.db.engine import make_engine
-from tests.service.api.apikit import ZEN, pg_url_for, result
+from tests.postgresql import pg_url_for
+from tests.service.coordinator.apikit import ZEN, result
 
 ROOT = Path(__file__).resolve().parents[3]
 ADMIN = "lt_serve-admin-secret-0123456789"

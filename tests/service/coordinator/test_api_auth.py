@@ -6,7 +6,7 @@ import hashlib
 
 from sqlalchemy import text
 
-from tests.service.api.apikit import ADMIN, ZEN, Api, result
+from tests.service.coordinator.apikit import ADMIN, ZEN, Api, result
 
 
 def test_no_token_is_401_naming_the_reason(sqlite_api: Api) -> None:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
 
-from tests.service.api.apikit import ADMIN, ZEN, Api, make_api
+from tests.service.coordinator.apikit import ADMIN, ZEN, Api, make_api
 
 EXAMPLES = {GenerationMode.POSITIVE: 40, GenerationMode.NEGATIVE: 30}
 """Generated requests per operation and mode: 100 per operation in all."""

@@ -14,7 +14,7 @@ from ir.task import library_task
 from tuner.trace.file import TraceFile
 from tuner.trace.traced_schedule import TracedSchedule
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def loomtune(*args: str) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from sqlalchemy import update
 
 from service.coordinator import jobs
 from service.db import models as m
-from tests.service.api.apikit import ADMIN, SKX, ZEN, Api, make_api, result
+from tests.service.coordinator.apikit import ADMIN, SKX, ZEN, Api, make_api, result
 from tuner.database import utc_now
 
 

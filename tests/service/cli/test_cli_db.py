@@ -22,7 +22,7 @@ from tuner.database import TuningRecord
 from tuner.trace.file import TraceFile
 from tuner.trace.traced_schedule import TracedSchedule
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PARAMS = {"m": 48, "n": 32, "k": 16}
 HOST1 = host_target(1).canonical()
 HOST2 = host_target(2).canonical()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.service.api.apikit import Api, result
+from tests.service.coordinator.apikit import Api, result
 
 
 def _samples(api: Api) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

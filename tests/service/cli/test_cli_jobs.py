@@ -17,7 +17,7 @@ from sqlalchemy import text
 from service.cli import jobs as jobs_cli
 from service.cli import main
 from service.client import Client
-from tests.service.api.apikit import ZEN, Api, result
+from tests.service.coordinator.apikit import ZEN, Api, result
 
 ROOT = Path(__file__).resolve().parents[3]
 MM = ["matmul", "m=16", "n=16", "k=16"]
