@@ -14,8 +14,8 @@
    without re-measuring; the file records how long collecting took (the span
    of the records' times) either way.
 2. **Features and targets.** A record's trace applied to its workload's
-   program, `tuner.features.program_features`; relevance is
-   `tuner.cost_model.normalised_throughput` per workload (best latency /
+   program, `tuner.cost_model.features.program_features`; relevance is
+   `tuner.cost_model.model.normalised_throughput` per workload (best latency /
    latency, 0 for failures).
 3. **Settings.** *held-out workload* (leave one workload out, scikit-learn's
    `LeaveOneGroupOut` on the workload key): train on the other workloads,
@@ -41,7 +41,7 @@
    batches).
 
 `decide` compares the two objectives: ``rank`` replaces ``regression`` as
-`tuner.cost_model.DEFAULT_OBJECTIVE` only if its NDCG@10, averaged over both
+`tuner.cost_model.model.DEFAULT_OBJECTIVE` only if its NDCG@10, averaged over both
 settings, is higher by at least `CLEAR_MARGIN` and lower in neither.
 """
 
@@ -62,9 +62,9 @@ from typing import Any
 import numpy as np
 
 from ir.task import Task, library_task
-from tuner.cost_model import DEFAULT_OBJECTIVE, XGBCostModel, normalised_throughput
+from tuner.cost_model.features import FEATURES, program_features
+from tuner.cost_model.model import DEFAULT_OBJECTIVE, XGBCostModel, normalised_throughput
 from tuner.database import Database, TuningRecord
-from tuner.features import FEATURES, program_features
 from tuner.runner import Runner
 
 TOP_K = 10
@@ -157,8 +157,8 @@ def collect(
     something is missing (and closed afterwards).
     """
     from tuner.loop import tune_loop
+    from tuner.search.strategy import SearchContext, make_strategy
     from tuner.space.simple import SimpleSpace
-    from tuner.strategy import SearchContext, make_strategy
 
     have: dict[str, int] = {}
     for r in database.training_records(target):

@@ -13,7 +13,7 @@ curve per workload (from different runs: seeds of the search, in effect) and
 spends the budget three ways:
 
 - round-robin: the batches in turn, as `TaskScheduler` does;
-- gradient: `tuner.task_scheduler.pick_task`, the same decision the live
+- gradient: `tuner.search.task_scheduler.pick_task`, the same decision the live
   scheduler makes, fed the replayed histories;
 - perfect foresight: the allocation (in whole batches, at most the curve's
   length per workload) with the lowest weighted total, by dynamic programming
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.loop import DEFAULT_BATCH
-from tuner.task_scheduler import SchedulerConfig, pick_task
+from tuner.search.task_scheduler import SchedulerConfig, pick_task
 
 Curve = list[float]
 """Best-so-far latency (ms) after 1, 2, ... trials; inf until a correct candidate."""

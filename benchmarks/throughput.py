@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from benchmarks.db_queries import Meter
     from tuner.database import Database
     from tuner.runner import MeasureResult, RunnerFuture
-    from tuner.strategy import SearchStrategy
+    from tuner.search.strategy import SearchStrategy
     from workers.pool import LocalPool
 
 GOAL_PER_CORE = 10.0
@@ -281,7 +281,7 @@ def measure_run(
     from codegen.host import host_target
     from service.db.store import open_database
     from tuner.loop import tune_loop
-    from tuner.strategy import SearchContext, make_strategy
+    from tuner.search.strategy import SearchContext, make_strategy
     from workers.pool import LocalPool
 
     meter = meter or _unmetered

@@ -18,7 +18,7 @@ from importlib import metadata
 from ir.task import Task
 from tuner.database import Database, TuningRecord
 from tuner.runner import MeasureResult, Runner, RunnerFuture
-from tuner.strategy import SearchStrategy
+from tuner.search.strategy import SearchStrategy
 from tuner.trace.trace import Trace
 
 DEFAULT_BATCH = 16

@@ -13,9 +13,9 @@ from ir.task import library_task
 from tuner.database import InMemoryDatabase
 from tuner.loop import tune_loop
 from tuner.runner import MeasureResult, ReadyFuture
+from tuner.search.strategy import SearchContext, UnknownStrategyError, make_strategy
 from tuner.simulated import SimulatedRunner, analytic_cost_ms
 from tuner.space.simple import SimpleSpace
-from tuner.strategy import SearchContext, UnknownStrategyError, make_strategy
 from tuner.trace.trace import Trace
 
 TARGET = "llvm -mcpu=test -num-threads=1"
@@ -139,7 +139,7 @@ from tuner.database import InMemoryDatabase
 from tuner.loop import tune_loop
 from tuner.simulated import SimulatedRunner
 from tuner.space.simple import SimpleSpace
-from tuner.strategy import SearchContext, make_strategy
+from tuner.search.strategy import SearchContext, make_strategy
 task = library_task("matmul", {"m": 64, "n": 48, "k": 32})
 db = InMemoryDatabase()
 ctx = SearchContext(task, "t", SimpleSpace(task.program), db)

@@ -13,8 +13,8 @@ from codegen.host import host_target
 from ir.task import library_task
 from tuner.database import InMemoryDatabase
 from tuner.loop import tune_loop
+from tuner.search.strategy import SearchContext
 from tuner.space.simple import SimpleSpace
-from tuner.strategy import SearchContext
 from tuner.trace.trace import Trace
 from tuner.trace.traced_schedule import TracedSchedule
 from workers.measure import FAULT_KEY, Measurer
@@ -130,7 +130,7 @@ class _FaultySpace(SimpleSpace):
 
 
 def test_tuning_goes_on_to_its_budget_through_crash_hang_and_wrong_output() -> None:
-    from tuner.replay import ReplayStrategy
+    from tuner.search.replay import ReplayStrategy
 
     db = InMemoryDatabase()
     tgt = TARGET.canonical()

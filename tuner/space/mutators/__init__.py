@@ -1,6 +1,12 @@
-"""Mutators, registered by name in `MUTATORS` (see base.py)."""
+"""Mutators, one module each, registered by name in `MUTATORS` (see base.py)."""
 
-from tuner.space.mutators import categoricals, compute_location, tile_size  # noqa: F401  (registers them)
+# isort: off
+# Importing registers the built-in mutators, in this order (the order `MUTATORS.names()`
+# and an unknown name's error list them in).
+from tuner.space.mutators import parallel, unroll, loop_choice, structure  # noqa: F401
+from tuner.space.mutators import compute_location, tile_size  # noqa: F401
+
+# isort: on
 from tuner.space.mutators.base import MUTATORS, Mutator
 
 DEFAULT_MUTATORS = {

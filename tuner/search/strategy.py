@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from ir.errors import LoomtuneError
 from ir.task import Task
-from tuner.cost_model import XGBCostModel
+from tuner.cost_model.model import XGBCostModel
 from tuner.database import Database
 from tuner.runner import MeasureResult
 from tuner.space.base import DesignSpace
@@ -71,8 +71,8 @@ def register_strategy(name: str) -> Callable[[StrategyFactory], StrategyFactory]
 
 def make_strategy(name: str, context: SearchContext, seed: int) -> SearchStrategy:
     # Strategies register themselves when their module is imported.
-    import tuner.evolutionary
-    import tuner.replay  # noqa: F401
+    import tuner.search.evolutionary
+    import tuner.search.replay  # noqa: F401
 
     if name not in STRATEGIES:
         known = ", ".join(sorted(STRATEGIES))
@@ -82,7 +82,7 @@ def make_strategy(name: str, context: SearchContext, seed: int) -> SearchStrateg
 
 def default_strategy() -> str:
     """Evolutionary search once it exists, replay before (DESIGN.md)."""
-    import tuner.evolutionary
-    import tuner.replay  # noqa: F401
+    import tuner.search.evolutionary
+    import tuner.search.replay  # noqa: F401
 
     return "evolutionary" if "evolutionary" in STRATEGIES else "replay"

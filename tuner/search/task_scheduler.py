@@ -28,12 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ir.task import Task
-from tuner.cost_model import XGBCostModel
+from tuner.cost_model.model import XGBCostModel
 from tuner.database import Database
 from tuner.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
 from tuner.runner import Runner
+from tuner.search.strategy import SearchContext, SearchStrategy, make_strategy
 from tuner.space.base import DesignSpace
-from tuner.strategy import SearchContext, SearchStrategy, make_strategy
 
 POLICIES = ("gradient", "round_robin")
 

@@ -6,16 +6,16 @@ import pytest
 
 from ir.task import library_task
 from tuner.database import InMemoryDatabase
-from tuner.simulated import SimulatedRunner
-from tuner.space.simple import SimpleSpace
-from tuner.strategy import SearchContext, make_strategy
-from tuner.task_scheduler import (
+from tuner.search.strategy import SearchContext, make_strategy
+from tuner.search.task_scheduler import (
     ScheduledTask,
     SchedulerConfig,
     TaskScheduler,
     scheduled_tasks,
     weighted_latency,
 )
+from tuner.simulated import SimulatedRunner
+from tuner.space.simple import SimpleSpace
 
 SPECS = [
     ("matmul", {"m": 96, "n": 80, "k": 48}, 1.0),

@@ -1,6 +1,6 @@
 """A search helper process: reads (token, space, jobs) frames on stdin, writes children on stdout.
 
-Started by `tuner.search_pool`; it ends when its stdin closes (the tuner exited).
+Started by `tuner.search.pool`; it ends when its stdin closes (the tuner exited).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tuner.search_pool import read_frame, run_chunk, write_frame
+from tuner.search.pool import read_frame, run_chunk, write_frame
 
 
 def main() -> None:

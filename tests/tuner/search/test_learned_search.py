@@ -13,14 +13,14 @@ import pytest
 
 from ir.schedule import Schedule
 from ir.task import Task, library_task
-from tuner.cost_model import CostModelError, XGBCostModel, normalised_throughput
+from tuner.cost_model.features import FEATURE_NAMES, FEATURES, STORE_FEATURE_NAMES, program_features
+from tuner.cost_model.model import CostModelError, XGBCostModel, normalised_throughput
 from tuner.database import InMemoryDatabase
-from tuner.evolutionary import EvolutionaryStrategy, shape_distance
-from tuner.features import FEATURE_NAMES, FEATURES, STORE_FEATURE_NAMES, program_features
 from tuner.loop import make_record, tune_loop
+from tuner.search.evolutionary import EvolutionaryStrategy, shape_distance
+from tuner.search.strategy import SearchContext, default_strategy, make_strategy
 from tuner.simulated import SimulatedRunner
 from tuner.space.simple import SimpleSpace
-from tuner.strategy import SearchContext, default_strategy, make_strategy
 from tuner.trace.trace import Trace
 
 TARGET = "sim"
@@ -159,7 +159,7 @@ from tuner.database import InMemoryDatabase
 from tuner.loop import make_record, tune_loop
 from tuner.simulated import SimulatedRunner
 from tuner.space.simple import SimpleSpace
-from tuner.strategy import SearchContext, make_strategy
+from tuner.search.strategy import SearchContext, make_strategy
 task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
 db = InMemoryDatabase()
 ctx = SearchContext(task, "sim", SimpleSpace(task.program), db)
@@ -295,8 +295,8 @@ def test_shapes_nearest_first_and_the_nearest_ones_runner_ups() -> None:
 def test_the_search_proposes_the_same_traces_in_one_process_or_several() -> None:
     """Children carry their own seeds: how many processes make them changes nothing."""
     from codegen.host import host_target
-    from tuner import search_pool
-    from tuner.evolutionary import EvolutionaryConfig
+    from tuner.search import pool as search_pool
+    from tuner.search.evolutionary import EvolutionaryConfig
     from tuner.space import default_space
 
     task = library_task("dense", {"m": 64, "n": 96, "k": 48, "bias": 1, "relu": 1})
@@ -321,7 +321,7 @@ def test_early_batches_count_this_workloads_results_not_the_shared_models() -> N
     """Under the task scheduler the model another task trained has its 64 results long before
     a new task has any: the new task still starts with early batches. A task with another
     shape's best to start from evolves at once."""
-    from tuner.evolutionary import EvolutionaryConfig
+    from tuner.search.evolutionary import EvolutionaryConfig
 
     runner = SimulatedRunner()
     db = InMemoryDatabase()
@@ -356,8 +356,8 @@ def test_early_batches_count_this_workloads_results_not_the_shared_models() -> N
 
 def test_a_fresh_search_samples_its_first_batch_and_evolves_once_it_has_results() -> None:
     """With nothing measured and an untrained model, evolution would rank by random scores."""
-    from tuner.evolutionary import EvolutionaryConfig
-    from tuner.search_pool import Job
+    from tuner.search.evolutionary import EvolutionaryConfig
+    from tuner.search.pool import Job
 
     task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
     ctx = SearchContext(task, TARGET, SimpleSpace(task.program), InMemoryDatabase())
@@ -417,7 +417,7 @@ def test_the_best_trace_has_its_structural_variants_measured_once() -> None:
 def test_early_batches_are_the_models_top_picks_among_many_fresh_samples() -> None:
     """Until the model has `early_samples` results a batch is `early_batch` traces, the
     model's best-scored among `early_pool` fresh samples (no mutants); then full batches."""
-    from tuner.evolutionary import EvolutionaryConfig
+    from tuner.search.evolutionary import EvolutionaryConfig
 
     task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
     runner = SimulatedRunner()

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from ir.schedule import ScheduleError
 from tuner.runner import MeasureResult
+from tuner.search.strategy import SearchContext, register_strategy
 from tuner.space.base import SpaceRejected
-from tuner.strategy import SearchContext, register_strategy
 from tuner.trace.errors import TraceError
 from tuner.trace.trace import Trace
 

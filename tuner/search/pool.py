@@ -35,7 +35,7 @@ import numpy as np
 
 from ir.program import Program
 from ir.schedule import ScheduleError
-from tuner.features import program_features
+from tuner.cost_model.features import program_features
 from tuner.space.base import DesignSpace, SpaceRejected
 from tuner.trace.errors import TraceError
 from tuner.trace.trace import Trace
@@ -104,7 +104,7 @@ _KEEP_SPACES = 4
 
 
 def run_chunk(token: str, payload: bytes, jobs: Sequence[Job]) -> list[Child]:
-    """What a helper does with one request (`tuner/search_worker.py`)."""
+    """What a helper does with one request (`tuner/search/worker.py`)."""
     if token not in _SPACES:
         _SPACES[token] = pickle.loads(payload)
         while len(_SPACES) > _KEEP_SPACES:
@@ -136,12 +136,12 @@ def read_frame(stream: BinaryIO) -> object:
 
 
 class _Helper:
-    """`python -m tuner.search_worker`: a subprocess, so a user's script is never re-imported
+    """`python -m tuner.search.worker`: a subprocess, so a user's script is never re-imported
     (multiprocessing's spawn would run an unguarded script's top level again)."""
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tuner.search_worker"],
+            [sys.executable, "-m", "tuner.search.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )

@@ -19,7 +19,7 @@ from tuner.trace.file import TraceFile
 from tuner.trace.trace import Trace, run_python
 from tuner.trace.traced_schedule import TracedSchedule
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PARAMS = {"m": 64, "n": 48, "k": 32}
 
 

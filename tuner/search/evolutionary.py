@@ -41,12 +41,12 @@ import numpy as np
 from ir.errors import LoomtuneError
 from ir.library import OPS
 from ir.task import Task, custom_task, library_task
-from tuner.cost_model import DEFAULT_OBJECTIVE, XGBCostModel
+from tuner.cost_model.features import program_features
+from tuner.cost_model.model import DEFAULT_OBJECTIVE, XGBCostModel
 from tuner.database import TuningRecord
-from tuner.features import program_features
 from tuner.runner import MeasureResult
-from tuner.search_pool import REJECTED, Job, SearchPool, trace_features
-from tuner.strategy import SearchContext, register_strategy
+from tuner.search.pool import REJECTED, Job, SearchPool, trace_features
+from tuner.search.strategy import SearchContext, register_strategy
 from tuner.trace.errors import TraceError
 from tuner.trace.trace import Trace
 
@@ -77,7 +77,7 @@ class EvolutionaryConfig:
         early_samples: results of this workload (stored or measured by this search) after
             which it evolves full batches; a search seeded from other shapes evolves at once.
         processes: processes that make and featurize children
-            (`tuner.search_pool`; default: the usable cores).
+            (`tuner.search.pool`; default: the usable cores).
     """
 
     population: int = 48

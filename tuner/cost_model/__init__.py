@@ -1,0 +1,1 @@
+"""The cost model: program features and the model that ranks candidates by them."""

@@ -1,0 +1,1 @@
+"""The search: strategies that pick what to measure next, the pool that makes their children, the task scheduler."""

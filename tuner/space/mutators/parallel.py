@@ -1,0 +1,26 @@
+"""Parallel extent: another value for the categorical a `loomtune.parallel` annotation takes.
+
+The categorical is recognised by the block annotation that takes its value,
+not by its position, so the mutator works on any trace the
+parallel-vectorize-unroll rule contributed to.
+"""
+
+from __future__ import annotations
+
+import random
+
+from tuner.space.context import SpaceContext
+from tuner.space.mutators.base import (
+    MUTATORS,
+    Mutator,
+    annotated_categoricals,
+    resample_categorical,
+)
+from tuner.space.rules.base import PARALLEL
+from tuner.trace.trace import Trace
+
+
+@MUTATORS.register("parallel")
+class MutateParallel(Mutator):
+    def apply(self, trace: Trace, rng: random.Random, ctx: SpaceContext) -> Trace | None:
+        return resample_categorical(trace, annotated_categoricals(trace, PARALLEL), rng)
