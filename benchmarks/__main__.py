@@ -1,5 +1,10 @@
 """``python -m benchmarks run [--suite NAME] [--quick] [--out DIR] [--seed S]`` · ``python -m benchmarks report``.
 
+Every ``run`` and ``tune`` writes its full result into ``--out`` (default
+``benchmarks/results/``, ignored by git) and appends one line to the record
+(``--record``, default the committed ``benchmarks/results.jsonl``); ``report``
+regenerates docs/results.md (and README.md's results block) from the record.
+
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the environment before
 numpy is imported: OpenBLAS reads them once when it loads, and a forced core
 type or cache size (set for other tools on some machines) makes numpy slower,
@@ -20,6 +25,8 @@ if __name__ == "__main__":
 import argparse  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+RECORD_HELP = "append the run's line to this record (default benchmarks/results.jsonl)"
+
 
 def _parser() -> argparse.ArgumentParser:
     from benchmarks.programs import SUITES
@@ -37,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=None, help="result folder (default benchmarks/results)"
     )
     run.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
+    run.add_argument("--record", type=Path, default=None, help=RECORD_HELP)
     run.add_argument(
         "--wait-quiet",
         type=float,
@@ -112,14 +120,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test")
     tune.add_argument("--out", type=Path, default=None, help="result folder")
+    tune.add_argument("--record", type=Path, default=None, help=RECORD_HELP)
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--wait-quiet", type=float, default=None, metavar="S")
-    report = sub.add_parser("report", help="regenerate README.md's results from the result files")
-    report.add_argument(
-        "--results", type=Path, default=None, help="result folder (default benchmarks/results)"
+    report = sub.add_parser(
+        "report", help="regenerate docs/results.md (and README.md's results block) from the record"
     )
     report.add_argument(
-        "--readme", type=Path, default=None, help="README to update (default the repository's)"
+        "--record", type=Path, default=None, help="the record (default benchmarks/results.jsonl)"
+    )
+    report.add_argument(
+        "--doc", type=Path, default=None, help="the page to write (default docs/results.md)"
+    )
+    report.add_argument(
+        "--readme",
+        type=Path,
+        default=None,
+        help="README whose results block to update, where it has the markers (default the "
+        "repository's)",
     )
     return parser
 
@@ -128,17 +146,20 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; `argv` defaults to the command line (tests pass their own)."""
     args = _parser().parse_args(argv)
     command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
+    from benchmarks import common
+
     if args.command == "run":
         from benchmarks import harness, report
 
         result, path = harness.run_suite(
             harness.SUITES[args.suite],
             quick=args.quick,
-            out_dir=args.out or harness.RESULTS_DIR,
+            out_dir=args.out or common.RESULTS_DIR,
             seed=args.seed,
             quiet_wait_s=args.wait_quiet,
             command=command,
             environment={"unset": UNSET_ENVIRONMENT},
+            record=args.record or common.RECORD,
         )
         print(report.text_report(result))
         print(f"\nwrote {path}", file=sys.stderr)
@@ -147,21 +168,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "tune":
         return _tune(args, command)
 
-    from benchmarks import harness, report
+    from benchmarks import results_doc
 
-    readme = args.readme or report.README
-    used = report.update_readme(args.results or harness.RESULTS_DIR, readme)
-    if not used:
-        print(f"no full result files in {args.results or harness.RESULTS_DIR}", file=sys.stderr)
+    record = args.record or common.RECORD
+    if not record.exists():
+        print(f"no record at {record}", file=sys.stderr)
         return 1
-    for path in used:
-        print(f"used {path}", file=sys.stderr)
-    print(f"updated {readme}", file=sys.stderr)
+    for path in results_doc.write(
+        record, args.doc or results_doc.DOC, args.readme or results_doc.README
+    ):
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
 def _tune(args: argparse.Namespace, command: str) -> int:
-    from benchmarks import harness, report, tune
+    from benchmarks import common, report
+    from benchmarks.tune import report as tune_report
+    from benchmarks.tune.run import run_and_write
+    from benchmarks.tune.suite import EXTRAS
 
     if args.with_tvm:
         from benchmarks import tvm_ref
@@ -172,15 +196,16 @@ def _tune(args: argparse.Namespace, command: str) -> int:
             print(error, file=sys.stderr)
             return 2
     extras = [e for e in args.extras.split(",") if e]
-    unknown = sorted(set(extras) - set(tune.EXTRAS))
+    unknown = sorted(set(extras) - set(EXTRAS))
     if unknown:
-        print(f"unknown extras {unknown}; expected some of {list(tune.EXTRAS)}", file=sys.stderr)
+        print(f"unknown extras {unknown}; expected some of {list(EXTRAS)}", file=sys.stderr)
         return 2
-    result, path = tune.run_and_write(
-        out_dir=args.out or harness.RESULTS_DIR,
+    result, path = run_and_write(
+        out_dir=args.out or common.RESULTS_DIR,
+        record=args.record or common.RECORD,
         command=command,
         environment={"unset": UNSET_ENVIRONMENT},
-        log=harness.log,
+        log=common.log,
         trials=args.trials,
         quick=args.quick,
         only=[n.strip() for n in args.only.split(",")] if args.only else None,
@@ -200,7 +225,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
         tvm_time_limit_s=args.tvm_time_limit,
         tvm_retune=args.tvm_retune,
     )
-    for caption, table, note in tune.report_tables(result):
+    for caption, table, note in tune_report.report_tables(result):
         if caption:
             print(caption)
         print(report.text_table(table))

@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from ir.task import Task, library_task
+from benchmarks.common import BenchWorkload
 from tuner.cost_model.features import FEATURES, program_features
 from tuner.cost_model.model import DEFAULT_OBJECTIVE, XGBCostModel, normalised_throughput
 from tuner.database import Database, TuningRecord
@@ -76,24 +76,14 @@ MODELS = ("XGBoost regression", "XGBoost rank", "random forest (sklearn)", "rand
 CACHE_ENV = "LOOMTUNE_BENCH_CACHE"
 
 
-@dataclass(frozen=True)
-class Workload:
-    label: str
-    op: str
-    params: dict[str, int]
-
-    def task(self) -> Task:
-        return library_task(self.op, self.params)
-
-
-def _w(label: str, op: str, **params: int) -> Workload:
-    return Workload(label, op, params)
+def _w(label: str, op: str, **params: int) -> BenchWorkload:
+    return BenchWorkload(label, op, params)
 
 
 # Shapes whose extents have many divisors up to 16, so SimpleSpace's perfect
 # tiles give hundreds of distinct traces; sizes where a candidate's kernel
 # runs for microseconds to a few milliseconds.
-WORKLOADS: tuple[Workload, ...] = (
+WORKLOADS: tuple[BenchWorkload, ...] = (
     _w("matmul 192³", "matmul", m=192, n=192, k=192),
     _w("matmul 48×384×240", "matmul", m=48, n=384, k=240),
     _w("dense 96×240×192 +bias +relu", "dense", m=96, n=240, k=192, bias=1, relu=1),
@@ -130,7 +120,7 @@ WORKLOADS: tuple[Workload, ...] = (
     _w("transpose 480×480", "transpose", m=480, n=480),
 )
 TRIALS = 150
-QUICK_WORKLOADS: tuple[Workload, ...] = (
+QUICK_WORKLOADS: tuple[BenchWorkload, ...] = (
     _w("matmul 48³", "matmul", m=48, n=48, k=48),
     _w("softmax 48×96", "softmax", m=48, n=96),
     _w("gelu 48×96", "gelu", m=48, n=96),
@@ -142,7 +132,7 @@ QUICK_TRIALS = 24
 
 
 def collect(
-    workloads: Sequence[Workload],
+    workloads: Sequence[BenchWorkload],
     *,
     trials: int,
     seed: int,
@@ -207,7 +197,7 @@ class Dataset:
         return np.asarray([i for i, lab in enumerate(self.labels) if lab == label], dtype=np.int64)
 
 
-def build_dataset(workloads: Sequence[Workload], records: Sequence[TuningRecord]) -> Dataset:
+def build_dataset(workloads: Sequence[BenchWorkload], records: Sequence[TuningRecord]) -> Dataset:
     """Features of each record of `workloads` (records in measurement order; others ignored)."""
     from tuner.trace.trace import Trace
 
@@ -429,7 +419,9 @@ def decide(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 # -- one run ------------------------------------------------------------------------------
 
 
-def _cache_file(workloads: Sequence[Workload], trials: int, seed: int, target: str) -> Path | None:
+def _cache_file(
+    workloads: Sequence[BenchWorkload], trials: int, seed: int, target: str
+) -> Path | None:
     where = os.environ.get(CACHE_ENV, "")
     if where.lower() == "off":
         return None

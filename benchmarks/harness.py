@@ -21,12 +21,9 @@ processes (benchmarks/throughput.py).
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import importlib.metadata
-import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import threadpoolctl
 
+from benchmarks.common import FORMAT, log, utc_now, utc_text, write_result
 from benchmarks.programs import SUITES, Case, Suite
 from codegen import jit
 from codegen.emit import emit_module
@@ -50,9 +48,6 @@ from workers.verify import empty_outputs, verify
 
 if TYPE_CHECKING:
     from benchmarks import db_queries
-
-FORMAT = "loomtune.benchmarks/1"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,11 +84,6 @@ def settings_for(quick: bool, seed: int = 0, quiet_wait_s: float | None = None) 
         seed=seed,
         quiet_wait_s=60.0 if quiet_wait_s is None else quiet_wait_s,
     )
-
-
-def log(message: str) -> None:
-    """Progress goes to stderr so stdout carries only the results table."""
-    print(message, file=sys.stderr, flush=True)
 
 
 # -- other processes -----------------------------------------------------------------
@@ -540,10 +530,6 @@ def warm_up_llvm() -> float:
     return (time.perf_counter_ns() - start) / 1e6
 
 
-def utc_now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.UTC).replace(microsecond=0)
-
-
 def run_suite(
     suite: Suite,
     *,
@@ -553,8 +539,10 @@ def run_suite(
     quiet_wait_s: float | None = None,
     command: str = "",
     environment: dict[str, Any] | None = None,
+    record: Path | None = None,
 ) -> tuple[dict[str, Any], Path]:
-    """Measure every case of `suite`; write and return the result (and its path)."""
+    """Measure every case of `suite`; write and return the result (and its path); with
+    `record`, append the run's line to it."""
     settings = settings_for(quick, seed, quiet_wait_s)
     if suite.min_repeat_ms is not None and not quick:
         measure = dataclasses.replace(settings.measure, min_repeat_ms=suite.min_repeat_ms)
@@ -617,7 +605,7 @@ def run_suite(
         "quick": quick,
         "command": command,
         "seed": seed,
-        "utc": started.isoformat().replace("+00:00", "Z"),
+        "utc": utc_text(started),
         "wall_s": time.perf_counter() - wall,
         "machine": machine_info().to_dict(),
         "target": host_target().canonical(),
@@ -633,26 +621,11 @@ def run_suite(
         "scaling": scaling,
         **extra,
     }
-    path = write_result(result, out_dir, started)
+    path = write_result(result, out_dir, started, record)
     return result, path
 
 
-def write_result(result: dict[str, Any], out_dir: Path, started: _dt.datetime) -> Path:
-    """``<suite>-<UTC timestamp>.json``; never overwrites an earlier run."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{result['suite']}-{started.strftime('%Y%m%dT%H%M%SZ')}"
-    path = out_dir / f"{stem}.json"
-    n = 1
-    while path.exists():
-        path = out_dir / f"{stem}-{n}.json"
-        n += 1
-    path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return path
-
-
 __all__ = [
-    "FORMAT",
-    "RESULTS_DIR",
     "SUITES",
     "RunSettings",
     "run_suite",

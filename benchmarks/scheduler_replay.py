@@ -158,11 +158,12 @@ def compare(
 
 
 def run(results_dir: Path, draws: int = 400, seed: int = 0) -> dict[str, Any]:
-    from benchmarks import harness
-    from benchmarks.tune import SUITE
+    from benchmarks.common import FORMAT, utc_now, utc_text
+    from benchmarks.tune.suite import SUITE
+    from codegen.host import host_target
     from workers.machine import machine_info
 
-    started = harness.utc_now()
+    started = utc_now()
     wall = time.perf_counter()
     labels = [w.name for w in SUITE]
     weights = [float(w.weight) for w in SUITE]
@@ -172,7 +173,7 @@ def run(results_dir: Path, draws: int = 400, seed: int = 0) -> dict[str, Any]:
         cpu: compare(c, weights, budget, draws, seed) for cpu, c in sorted(curves.items()) if all(c)
     }
     return {
-        "format": harness.FORMAT,
+        "format": FORMAT,
         "suite": "scheduler_replay",
         "kind": "scheduler_replay",
         "description": "the task scheduler's policies replayed over the tuning curves recorded by the tune runs, "
@@ -180,9 +181,10 @@ def run(results_dir: Path, draws: int = 400, seed: int = 0) -> dict[str, Any]:
         "quick": False,
         "command": "python -m benchmarks.scheduler_replay",
         "seed": seed,
-        "utc": started.isoformat().replace("+00:00", "Z"),
+        "utc": utc_text(started),
         "wall_s": time.perf_counter() - wall,
         "machine": machine_info().to_dict(),
+        "target": host_target().canonical(),
         "loomtune_version": importlib.metadata.version("loomtune"),
         "weights": weights,
         "budget": budget,
@@ -231,17 +233,23 @@ def report_tables(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmarks import harness, report
+    from benchmarks import common, report
 
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.scheduler_replay", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
-        "--results", type=Path, default=harness.RESULTS_DIR, help="where the tune runs are"
+        "--results", type=Path, default=common.RESULTS_DIR, help="where the tune runs are"
     )
     parser.add_argument("--draws", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="result folder (default: --results)")
+    parser.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        help="append the run's line to this record (default benchmarks/results.jsonl)",
+    )
     args = parser.parse_args(argv)
     result = run(args.results, args.draws, args.seed)
     if not result["machines"]:
@@ -249,7 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"no full tune run with all {len(result['weights'])} suite workloads in {args.results}"
         )
         return 1
-    path = harness.write_result(result, args.out or args.results, harness.utc_now())
+    path = common.write_result(
+        result, args.out or args.results, common.utc_now(), args.record or common.RECORD
+    )
     print(report.text_report(result))
     print(f"wrote {path}")
     return 0

@@ -37,7 +37,6 @@ candidates per second per core.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -48,7 +47,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ir.task import Task, library_task
+from benchmarks.common import BenchWorkload, process_cpu_s
+from ir.task import Task
 
 if TYPE_CHECKING:
     from benchmarks.db_queries import Meter
@@ -62,16 +62,6 @@ GOAL_PER_CORE = 10.0
 PHASES = ("replay", "lower", "emit", "llvm", "verify", "timing")
 """The measurement process's phases (`workers.measure.Measurer.measure`)."""
 PARENT_PHASES = ("propose", "submit", "wait", "record", "observe")
-
-
-@dataclass(frozen=True)
-class Workload:
-    label: str
-    op: str
-    params: dict[str, int]
-
-    def task(self) -> Task:
-        return library_task(self.op, self.params)
 
 
 SPACES = {
@@ -93,7 +83,7 @@ class Setup:
     ops: tuple[str, ...] = ()
     """Only the workloads of these operators (all when empty)."""
 
-    def runs(self, workload: Workload) -> bool:
+    def runs(self, workload: BenchWorkload) -> bool:
         return not self.ops or workload.op in self.ops
 
 
@@ -114,18 +104,18 @@ def make_space(name: str, task: Task) -> Any:
 # distinct one-thread traces (replay would spend its last proposals hunting
 # duplicates) while 48³ has 8³ = 512; softmax's four blocks multiply theirs.
 # A single-block element-wise op (gelu) has at most ~100: too few for 128.
-WORKLOADS: tuple[Workload, ...] = (
-    Workload("matmul 48³", "matmul", {"m": 48, "n": 48, "k": 48}),
-    Workload("softmax 64×256", "softmax", {"m": 64, "n": 256}),
+WORKLOADS: tuple[BenchWorkload, ...] = (
+    BenchWorkload("matmul 48³", "matmul", {"m": 48, "n": 48, "k": 48}),
+    BenchWorkload("softmax 64×256", "softmax", {"m": 64, "n": 256}),
 )
 SETUPS: tuple[Setup, ...] = (
     Setup("all cores", None, 128),
     Setup("1 core", 1, 64),
     Setup("all cores, rule-based space", None, 64, "rules", ops=("matmul",)),
 )
-QUICK_WORKLOADS: tuple[Workload, ...] = (
-    Workload("matmul 16³", "matmul", {"m": 16, "n": 16, "k": 16}),
-    Workload("softmax 8×32", "softmax", {"m": 8, "n": 32}),
+QUICK_WORKLOADS: tuple[BenchWorkload, ...] = (
+    BenchWorkload("matmul 16³", "matmul", {"m": 16, "n": 16, "k": 16}),
+    BenchWorkload("softmax 8×32", "softmax", {"m": 8, "n": 32}),
 )
 QUICK_SETUPS: tuple[Setup, ...] = (
     Setup("all cores", None, 4),
@@ -223,18 +213,6 @@ class TimedRunner:
 # -- processes ---------------------------------------------------------------------------------
 
 
-def process_cpu_s(pid: int | None) -> float:
-    """CPU seconds (user + system) a live process has used; 0 when it cannot be read."""
-    if pid is None:
-        return 0.0
-    try:
-        line = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return 0.0
-    fields = line.rpartition(") ")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def start_pool(pool: LocalPool) -> list[float]:
     """Start every measurement process of `pool` at once, as its first batch would; seconds each.
 
@@ -269,7 +247,7 @@ def _stats(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def measure_run(
-    workload: Workload,
+    workload: BenchWorkload,
     setup: Setup,
     *,
     seed: int,

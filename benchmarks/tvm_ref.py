@@ -365,6 +365,46 @@ def best_so_far(times: Sequence[float | None]) -> list[float | None]:
     return out
 
 
+def _tune_in_child(
+    command: list[str], partial: Path, time_limit_s: float
+) -> tuple[str, float, float, float, dict[str, float] | None]:
+    """Run TVM's tuning child (killed at the time limit); (stop reason, the kill's Unix time,
+    wall seconds, the child's CPU seconds, other processes' load meanwhile)."""
+    from benchmarks import harness
+
+    before = os.times()
+    snapshot = harness.cpu_snapshot()
+    start = time.perf_counter()
+    with (partial / "tune.log").open("w", encoding="utf-8") as out:
+        child = subprocess.Popen(
+            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = child.wait(timeout=time_limit_s)
+            stop = "budget" if code == 0 else f"exit code {code}"
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)  # the child and its builder/runner processes
+            child.wait()
+            stop = f"time limit ({time_limit_s:.0f} s)"
+    killed_unix = time.time()
+    wall_s = time.perf_counter() - start
+    after = os.times()
+    child_cpu_s = (after.children_user + after.children_system) - (
+        before.children_user + before.children_system
+    )
+    end_snapshot = harness.cpu_snapshot()
+    if end_snapshot is not None:  # the child's CPU time is ours, not other processes'
+        end_snapshot = dataclasses.replace(end_snapshot, own=end_snapshot.own + child_cpu_s)
+    load = harness.others_load(snapshot, end_snapshot)
+    return stop, killed_unix, wall_s, child_cpu_s, load
+
+
+def _is_contended(load: dict[str, float] | None) -> bool:
+    from benchmarks import harness
+
+    return harness.is_contended(load)
+
+
 def tune_cached(
     op: str,
     params: dict[str, int],
@@ -428,32 +468,7 @@ def tune_cached(
     log(
         f"  TVM MetaSchedule: tuning {op} {params} for {trials} trials (limit {time_limit_s:.0f} s)"
     )
-    from benchmarks import harness
-
-    before = os.times()
-    snapshot = harness.cpu_snapshot()
-    start = time.perf_counter()
-    with (partial / "tune.log").open("w", encoding="utf-8") as out:
-        child = subprocess.Popen(
-            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            code = child.wait(timeout=time_limit_s)
-            stop = "budget" if code == 0 else f"exit code {code}"
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)  # the child and its builder/runner processes
-            child.wait()
-            stop = f"time limit ({time_limit_s:.0f} s)"
-    killed_unix = time.time()
-    wall_s = time.perf_counter() - start
-    after = os.times()
-    child_cpu_s = (after.children_user + after.children_system) - (
-        before.children_user + before.children_system
-    )
-    end_snapshot = harness.cpu_snapshot()
-    if end_snapshot is not None:  # the child's CPU time is ours, not other processes'
-        end_snapshot = dataclasses.replace(end_snapshot, own=end_snapshot.own + child_cpu_s)
-    load = harness.others_load(snapshot, end_snapshot)
+    stop, killed_unix, wall_s, child_cpu_s, load = _tune_in_child(command, partial, time_limit_s)
     times, walls, statuses, first_error, events = read_trials(partial)
     # TVM's tuning time: from tune_tir's start (after the child's imports) to its
     # end, or to the kill at the time limit.
@@ -479,7 +494,7 @@ def tune_cached(
         "child_wall_s": wall_s,
         "child_cpu_s": child_cpu_s,
         "tuning_others_load": load,
-        "tuning_contended": harness.is_contended(load),
+        "tuning_contended": _is_contended(load),
         "stop_reason": "TVM ended the task early"
         if stop == "budget" and len(times) < trials
         else stop,
@@ -598,14 +613,14 @@ def main(argv: list[str] | None = None) -> int:
             preload_intrinsics=not args.no_intrinsics,
         )
         return 0
-    from benchmarks import tune
+    from benchmarks.tune.suite import select
 
     try:
         require_tvm()
     except TVMMissing as error:
         print(error, file=sys.stderr)
         return 2
-    for w in tune.select(quick=args.quick, only=args.only.split(",") if args.only else None):
+    for w in select(quick=args.quick, only=args.only.split(",") if args.only else None):
         meta, folder = tune_cached(
             w.op,
             w.params,

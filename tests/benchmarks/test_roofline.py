@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from benchmarks import roofline, tune
+from benchmarks import roofline
+from benchmarks.tune import report as tune_report
 from codegen.host import host_target
 from codegen.jit import compile_ir
 
@@ -60,11 +61,11 @@ def test_fraction_and_goal_cell_say_what_a_goal_asks_of_the_core() -> None:
     peak = 97.0
     asks = 1.2 * numpy_gflops / peak
     assert (
-        tune.goal_cell(row, peak)
+        tune_report.goal_cell(row, peak)
         == f"≥ 1.2× (1.02×: not met; it asks for {asks:.0%} of the core's peak)"
     )
     assert (
-        tune.goal_cell(row) == "≥ 1.2× (1.02×: not met)"
+        tune_report.goal_cell(row) == "≥ 1.2× (1.02×: not met)"
     )  # results from before the roof was measured
     met = {**row, "ratio_numpy": 1.25}
-    assert tune.goal_cell(met, peak) == "≥ 1.2× (1.25×: met)"
+    assert tune_report.goal_cell(met, peak) == "≥ 1.2× (1.25×: met)"

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks import scheduler_replay as sr
 from benchmarks.report import text_report
-from benchmarks.tune import SUITE
+from benchmarks.tune.suite import SUITE
 
 
 def _flat(value: float, n: int = 64) -> list[float]:

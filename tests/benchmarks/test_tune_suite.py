@@ -12,9 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import tune
 from benchmarks.__main__ import main
 from benchmarks.report import text_table
+from benchmarks.tune import compare as tune_compare
+from benchmarks.tune import plot as tune_plot
+from benchmarks.tune import report as tune_report
+from benchmarks.tune import run as tune_run
+from benchmarks.tune import suite as tune_suite
+from benchmarks.tune.extras import evo_replay as tune_evo
 from ir.task import library_task
 from workers.timing import MeasureConfig
 
@@ -50,7 +55,7 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
         "confirm_repeat": 6,
         "confirm_within": 1.05,
     }
-    assert "9 for a contender within 5% of the best" in tune.note(result)
+    assert "9 for a contender within 5% of the best" in tune_report.note(result)
     assert "reuse" in details["not_done"] and "scheduler" in details["not_done"]
 
     (row,) = result["rows"]
@@ -91,20 +96,20 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     assert details["plot"] == png.name
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    for _caption, table, _note in tune.report_tables(result):
+    for _caption, table, _note in tune_report.report_tables(result):
         assert text_table(table)
     # the core's FMA roof, measured in the run, and each kernel as a fraction of it
     assert result["peak_gflops"] > 0
-    headers, cells = tune.main_table(result)
+    headers, cells = tune_report.main_table(result)
     fraction = cells[0][headers.index("% of peak")]
     assert fraction == f"{row['gflops'] / result['peak_gflops']:.0%}"
-    assert f"{result['peak_gflops']:.0f} GFLOP/s" in tune.note(result)
+    assert f"{result['peak_gflops']:.0f} GFLOP/s" in tune_report.note(result)
 
 
 def test_checkpoints_end_at_the_budget() -> None:
-    assert tune.checkpoints(256) == [16, 32, 64, 128, 256]
-    assert tune.checkpoints(100) == [16, 32, 64, 100]
-    assert tune.checkpoints(4) == [4]
+    assert tune_suite.checkpoints(256) == [16, 32, 64, 128, 256]
+    assert tune_suite.checkpoints(100) == [16, 32, 64, 100]
+    assert tune_suite.checkpoints(4) == [4]
 
 
 def test_unknown_extra_is_refused(tmp_path: Path) -> None:
@@ -137,7 +142,7 @@ def test_evo_replay_alone_runs_every_workload_with_the_median_over_seeds(tmp_pat
     summary = result["tune"]["extras"]["evo_replay"]
     assert summary["trials"] == 2 and summary["seeds"] == [0, 1]
     entries = summary["workloads"]
-    assert [e["workload"] for e in entries] == [w.name for w in tune.QUICK_SUITE]
+    assert [e["workload"] for e in entries] == [w.name for w in tune_suite.QUICK_SUITE]
     assert summary["suite_complete"] is False  # the quick suite is not issue 13's six
     for e in entries:
         assert e["seeds"] == [0, 1] and len(e["per_seed"]) == 2
@@ -174,9 +179,9 @@ def test_evo_replay_alone_runs_every_workload_with_the_median_over_seeds(tmp_pat
         "unknown": 0,
         "workloads_ahead": ahead,
     }
-    assert summary["ahead_at"] == tune.evo_replay_ahead(entries)
+    assert summary["ahead_at"] == tune_evo.evo_replay_ahead(entries)
 
-    (_caption, table, _note) = tune.report_tables(result)[0]
+    (_caption, table, _note) = tune_report.report_tables(result)[0]
     _headers, rows = table
     assert sum(r[0].startswith("evolutionary vs replay, ") for r in rows) == 2
     assert rows[-1][0] == "evolutionary ahead of replay (median of 2 seeds)"
@@ -202,7 +207,7 @@ def _entry(name: str, trials: int, evo: dict[int, float], rep: dict[int, float])
 
 
 def test_evo_replay_summary_and_goal_over_the_six_workloads() -> None:
-    names = [w.name for w in tune.SUITE]
+    names = [w.name for w in tune_suite.SUITE]
     # Ahead on all at 64; at 256 ahead on four, behind on one, a tie on one.
     entries = [
         _entry(
@@ -213,14 +218,14 @@ def test_evo_replay_summary_and_goal_over_the_six_workloads() -> None:
         )
         for i, name in enumerate(names)
     ]
-    ahead = tune.evo_replay_ahead(entries)
+    ahead = tune_evo.evo_replay_ahead(entries)
     assert {n: (a["ahead"], a["of"]) for n, a in ahead.items()} == {"64": (6, 6), "256": (4, 6)}
     assert ahead["256"]["workloads_ahead"] == names[:4]
-    assert tune.suite_complete(entries) and not tune.suite_complete(entries[:5])
+    assert tune_evo.suite_complete(entries) and not tune_evo.suite_complete(entries[:5])
     ex = {
         "evo_replay": {"workloads": entries, "trials": 256, "seeds": [0, 1, 2], "ahead_at": ahead}
     }
-    rows = tune.evo_replay_rows(ex, 0)
+    rows = tune_evo.evo_replay_rows(ex, 0)
     assert len(rows) == 6 * 2 + 1  # the budget and 64 per workload, the summary
     assert rows[-1] == [
         "evolutionary ahead of replay (median of 3 seeds)",
@@ -230,7 +235,7 @@ def test_evo_replay_summary_and_goal_over_the_six_workloads() -> None:
 
 
 def test_evo_replay_is_judged_head_to_head_when_the_result_has_it() -> None:
-    names = [w.name for w in tune.SUITE]
+    names = [w.name for w in tune_suite.SUITE]
     # While tuning the evolutionary medians are behind everywhere; head to head its
     # kernels are faster on five workloads after 64 trials and on none after 256.
     entries = [_entry(name, 256, {64: 2.0, 256: 1.0}, {64: 1.9, 256: 0.9}) for name in names]
@@ -238,9 +243,9 @@ def test_evo_replay_is_judged_head_to_head_when_the_result_has_it() -> None:
         e["verdict_on"] = "head_to_head"
         e["checkpoints"]["64"]["replay_over_evolutionary"] = 1.02 if i < 5 else 0.99
         e["checkpoints"]["256"]["replay_over_evolutionary"] = 1.0  # a tie is not ahead
-    ahead = tune.evo_replay_ahead(entries)
+    ahead = tune_evo.evo_replay_ahead(entries)
     assert {n: a["ahead"] for n, a in ahead.items()} == {"64": 5, "256": 0}
-    rows = tune.evo_replay_rows({"evo_replay": {"workloads": entries, "seeds": [0, 1, 2]}}, 0)
+    rows = tune_evo.evo_replay_rows({"evo_replay": {"workloads": entries, "seeds": [0, 1, 2]}}, 0)
     assert rows[0][1] == "1 ms vs 0.9 ms; head to head replay / evolutionary 1.000"
     assert rows[0][2] == "replay ahead or tie"
     assert (
@@ -248,7 +253,7 @@ def test_evo_replay_is_judged_head_to_head_when_the_result_has_it() -> None:
         and rows[1][2] == "evolutionary ahead"
     )
     assert rows[-1][2] == "≥ 5 of 6: met at 64, not met at 256"
-    note = tune.extras_note({"tune": {"extras": {"evo_replay": {"workloads": entries}}}})
+    note = tune_report.extras_note({"tune": {"extras": {"evo_replay": {"workloads": entries}}}})
     assert note is not None and "median over the seeds of replay / evolutionary" in note
 
 
@@ -262,7 +267,7 @@ def test_duel_at_times_each_runs_best_after_n_trials(tmp_path: Path) -> None:
     target = host_target(1)
     space = default_space(task.program, target)
     a, b = (space.sample(random.Random(s)).to_json() for s in (1, 2))
-    ctx = tune.Context(
+    ctx = tune_compare.Context(
         folder=tmp_path,
         seed=0,
         quiet_wait_s=0,
@@ -271,15 +276,15 @@ def test_duel_at_times_each_runs_best_after_n_trials(tmp_path: Path) -> None:
     )
     evo = {"best_trace_json_at": {"16": a, "32": b}, "target": target.canonical()}
     rep = {"best_trace_json_at": {"16": a, "32": a}, "target": target.canonical()}
-    assert tune.duel_at(ctx, task, {"evolutionary": evo, "replay": rep}, 16) == {
+    assert tune_compare.duel_at(ctx, task, {"evolutionary": evo, "replay": rep}, 16) == {
         "same_kernel": True
     }
-    duel = tune.duel_at(ctx, task, {"evolutionary": evo, "replay": rep}, 32)
+    duel = tune_compare.duel_at(ctx, task, {"evolutionary": evo, "replay": rep}, 32)
     assert duel is not None and all(
         duel[k] > 0 for k in ("evolutionary_ms", "replay_ms", "numpy_ms")
     )
     assert (
-        tune.duel_at(
+        tune_compare.duel_at(
             ctx, task, {"evolutionary": evo, "replay": {**rep, "best_trace_json_at": {}}}, 32
         )
         is None
@@ -321,7 +326,7 @@ def test_report_renders_old_and_new_evo_replay(tmp_path: Path) -> None:
             {"seed": s, "evolutionary": {"history_ms": [3.0, 2.0]}, "replay": {"history_ms": [2.5]}}
             for s in (0, 1)
         ]
-    new_rows = tune.extras_table(result)[1]
+    new_rows = tune_report.extras_table(result)[1]
     assert [r[0] for r in new_rows] == [
         "evolutionary vs replay, a, 64 trials, median of 3 seeds",
         "evolutionary vs replay, b, 64 trials, median of 3 seeds",
@@ -330,19 +335,19 @@ def test_report_renders_old_and_new_evo_replay(tmp_path: Path) -> None:
     assert new_rows[-1][1] == "2 of 2 workloads at 64 trials"
     for bare in (False, True):
         old = _old_style(result, bare=bare)
-        assert len(tune.evo_replay_entries(old["tune"]["extras"])) == 1
-        headers, rows = tune.extras_table(old)
+        assert len(tune_evo.evo_replay_entries(old["tune"]["extras"])) == 1
+        headers, rows = tune_report.extras_table(old)
         assert rows == [
             new_rows[0]
             if not bare
             else ["evolutionary vs replay, a, 64 trials", "2 ms vs 2.5 ms", "evolutionary ahead"]
         ]
         assert text_table((headers, rows))
-        assert tune.extras_note(old)
+        assert tune_report.extras_note(old)
         if not bare:  # per-seed curves to draw
-            png = tune.plot(old, tmp_path / "old.png")
+            png = tune_plot.plot(old, tmp_path / "old.png")
             assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
-    png = tune.plot(result, tmp_path / "new.png")
+    png = tune_plot.plot(result, tmp_path / "new.png")
     assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -366,30 +371,30 @@ def test_the_scheduler_extra_alternates_the_arms_over_seeds_and_judges_the_media
     (path,) = tmp_path.glob("tune_extras-*.json")
     result = json.loads(path.read_text(encoding="utf-8"))
     e = result["tune"]["extras"]["scheduler"]
-    assert e["seeds"] == [0, 1] and e["budget"] == 4 * len(tune.QUICK_SUITE)
+    assert e["seeds"] == [0, 1] and e["budget"] == 4 * len(tune_suite.QUICK_SUITE)
     assert e["verdict_on"] == "head_to_head" and e["baseline"] == "independent"
     for policy in ("gradient", "round_robin", "independent"):
         runs = e[f"{policy}_runs"]
         assert [r["seed"] for r in runs] == [0, 1] and e[policy] == runs[0]
         for r in runs:  # each workload's latency from the head-to-head call, numpy beside it
-            assert len(r["latency_ms"]) == len(r["numpy_ms"]) == len(tune.QUICK_SUITE)
+            assert len(r["latency_ms"]) == len(r["numpy_ms"]) == len(tune_suite.QUICK_SUITE)
             assert all(x > 0 for x in r["latency_ms"] + r["numpy_ms"])
             assert r["weighted_latency_ms"] == pytest.approx(
-                sum(w.weight * x for w, x in zip(tune.QUICK_SUITE, r["latency_ms"]))
+                sum(w.weight * x for w, x in zip(tune_suite.QUICK_SUITE, r["latency_ms"]))
             )
         assert all(sum(r["trials_per_task"]) == e["budget"] for r in runs)
         if policy == "independent":  # 4 trials each, every workload on its own
-            assert all(r["trials_per_task"] == [4] * len(tune.QUICK_SUITE) for r in runs)
+            assert all(r["trials_per_task"] == [4] * len(tune_suite.QUICK_SUITE) for r in runs)
         totals = e[f"{policy}_weighted_by_seed"]
         assert totals == [r["weighted_latency_ms"] for r in runs] and all(t > 0 for t in totals)
         assert e[f"{policy}_weighted_ms"] == pytest.approx(sum(totals) / 2)  # the median of two
     assert e["met"] == (e["gradient_weighted_ms"] < e["independent_weighted_ms"])
-    _, rows = tune.extras_table(result)
+    _, rows = tune_report.extras_table(result)
     (row,) = rows
     assert "median of 2 seeds" in row[1] and "head-to-head timings" in row[1]
     assert "vs each on its own" in row[0] and "round-robin" in row[0]
     assert row[2].startswith("met" if e["met"] else "not met")
-    assert "alternating seed by seed" in (tune.extras_note(result) or "")
+    assert "alternating seed by seed" in (tune_report.extras_note(result) or "")
 
 
 def _reuse_extra(
@@ -429,12 +434,12 @@ def test_reuse_over_seeds_is_judged_on_the_medians() -> None:
         met=False,
     )
     result = {"seed": 0, "tune": {"extras": {"reuse": ex}}}
-    _, rows = tune.extras_table(result)
+    _, rows = tune_report.extras_table(result)
     (row,) = rows
     assert row[1].startswith("median of 3 seeds: 9.7 ms vs 9.6 ms") and "9.5 vs 9.6" in row[1]
     assert row[2] == "not met"
     assert (
-        len(tune._all_rows([], result["tune"])) == 6
+        len(tune_run._all_rows([], result["tune"])) == 6
     )  # every seed's runs count as the tuner's own CPU
 
 
@@ -458,7 +463,7 @@ def test_reuse_is_judged_head_to_head_when_the_result_has_it() -> None:
         met_while_tuning=False,
     )
     result = {"seed": 0, "tune": {"extras": {"reuse": ex}}}
-    _, rows = tune.extras_table(result)
+    _, rows = tune_report.extras_table(result)
     (row,) = rows
     assert (
         row[1].startswith("head to head") and "7.9 vs 7.8" in row[1] and "7.7 vs 7.6 ms" in row[1]
@@ -466,7 +471,7 @@ def test_reuse_is_judged_head_to_head_when_the_result_has_it() -> None:
     assert (
         row[2] == "met"
     )  # median cold/warm 8.1/8.0 > 1, although the best while tuning says otherwise
-    assert "median over the seeds of cold / warm" in (tune.extras_note(result) or "")
+    assert "median over the seeds of cold / warm" in (tune_report.extras_note(result) or "")
 
 
 def test_head_to_head_times_verified_kernels_of_each_run_in_one_call(tmp_path: Path) -> None:
@@ -483,20 +488,22 @@ def test_head_to_head_times_verified_kernels_of_each_run_in_one_call(tmp_path: P
         name: {"best_trace_json": t.to_json(), "target": target.canonical()}
         for name, t in zip(("warm", "cold"), traces)
     }
-    ctx = tune.Context(
+    ctx = tune_compare.Context(
         folder=tmp_path,
         seed=0,
         quiet_wait_s=0,
         measure=MeasureConfig(warmup=1, number=2, repeat=3),
         log=lambda _: None,
     )
-    duel = tune.head_to_head(ctx, task, rows)
+    duel = tune_compare.head_to_head(ctx, task, rows)
     assert duel is not None and set(duel) == {"warm_ms", "cold_ms", "numpy_ms", "contended"}
     assert all(duel[k] > 0 for k in ("warm_ms", "cold_ms", "numpy_ms")) and duel["contended"] in (
         True,
         False,
     )
     assert (
-        tune.head_to_head(ctx, task, {"warm": rows["warm"], "cold": {"best_trace_json": None}})
+        tune_compare.head_to_head(
+            ctx, task, {"warm": rows["warm"], "cold": {"best_trace_json": None}}
+        )
         is None
     )

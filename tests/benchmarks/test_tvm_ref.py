@@ -14,9 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import tune, tvm_ref
+from benchmarks import tvm_ref
 from benchmarks.__main__ import main
 from benchmarks.report import markdown_table, text_table
+from benchmarks.tune import compare as tune_compare
+from benchmarks.tune import plot as tune_plot
+from benchmarks.tune import report as tune_report
+from benchmarks.tune import tvm as tune_tvm
 from codegen.kernel import compile_program
 from ir.task import library_task
 from workers.timing import MeasureConfig
@@ -87,7 +91,9 @@ def test_tvm_kernel_joins_the_interleaved_timing_and_the_report(tmp_path: Path) 
     def stand_in(inputs, specs):  # type: ignore[no-untyped-def]
         return NumpyKernel(task, inputs, specs)
 
-    out = tune.compare(kernel, task, QUICK, with_torch=False, tvm=stand_in, round_pause_s=0.0)
+    out = tune_compare.compare(
+        kernel, task, QUICK, with_torch=False, tvm=stand_in, round_pause_s=0.0
+    )
     assert out["correct"] and out["tvm_message"] is None
     # One interleaved call: the same repeats for every callable.
     assert len(out["tvm"]["times_ms"]) == len(out["loomtune"]["times_ms"]) == QUICK.repeat
@@ -96,7 +102,7 @@ def test_tvm_kernel_joins_the_interleaved_timing_and_the_report(tmp_path: Path) 
     assert out["tvm_ratio_numpy"] == pytest.approx(out["numpy_ms"] / out["tvm_ms"])
 
     # A TVM kernel that writes nothing is refused and not timed.
-    lazy = tune.compare(
+    lazy = tune_compare.compare(
         kernel,
         task,
         QUICK,
@@ -140,8 +146,8 @@ def test_tvm_kernel_joins_the_interleaved_timing_and_the_report(tmp_path: Path) 
     }
 
     row = _row(task, out)
-    row["tvm"] = tune.tvm_row(meta, 4)
-    row["tvm_goal"] = tune.tvm_goal(row)
+    row["tvm"] = tune_tvm.tvm_row(meta, 4)
+    row["tvm_goal"] = tune_tvm.tvm_goal(row)
     assert row["tvm"]["checkpoints_ms"] == {"4": 0.02}
     goal = row["tvm_goal"]
     assert goal["faster"] == (out["latency_ms"] < out["tvm_ms"])
@@ -168,7 +174,7 @@ def test_tvm_kernel_joins_the_interleaved_timing_and_the_report(tmp_path: Path) 
             },
         },
     }
-    tables = tune.report_tables(result)
+    tables = tune_report.report_tables(result)
     (headers, rows), tvm_caption = tables[0][1], tables[1][0]
     assert "TVM ms" in headers and "TVM tuning s" in headers
     cells = dict(zip(headers, rows[0]))
@@ -181,7 +187,7 @@ def test_tvm_kernel_joins_the_interleaved_timing_and_the_report(tmp_path: Path) 
     assert "cached earlier run" in tables[1][2]
     for _caption, table, _note in tables:
         assert text_table(table) and markdown_table(table)
-    assert tune.plot(result, tmp_path / "curves.png") is not None
+    assert tune_plot.plot(result, tmp_path / "curves.png") is not None
 
 
 def test_the_goal_needs_both_kernels() -> None:
@@ -192,10 +198,10 @@ def test_the_goal_needs_both_kernels() -> None:
         "tune_s": 1.0,
         "correct": True,
     }
-    assert tune.tvm_goal(row) is None
-    assert tune.tvm_goal_cell(row) == "– (no correct TVM kernel)"
+    assert tune_tvm.tvm_goal(row) is None
+    assert tune_tvm.tvm_goal_cell(row) == "– (no correct TVM kernel)"
     row["tvm"] = {"tune_s": 900.0, "trials_done": 0}  # killed at the limit before a batch ended
-    assert tune.tvm_goal_cell(row) == "– (TVM measured no candidate in 900 s)"
+    assert tune_tvm.tvm_goal_cell(row) == "– (TVM measured no candidate in 900 s)"
 
 
 def test_cache_key_changes_with_what_changes_the_tuning() -> None:

@@ -1,0 +1,255 @@
+"""The final comparison: a tuned kernel verified and timed interleaved with numpy, PyTorch
+and TVM; the head-to-head timing of several runs' best kernels."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.tune.torch_ref import torch_call
+from codegen.host import parse_target
+from codegen.kernel import Kernel
+from ir.task import Task, gflops
+from workers.machine import limit_numpy_threads
+from workers.timing import MeasureConfig, Timing, time_interleaved
+from workers.verify import empty_outputs, verify
+
+FINAL_ROUNDS = 3
+ROUND_PAUSE_S = 5.0
+"""A final comparison's repeats come in 3 rounds 5 s apart, pooled: a shared VM's slow phases
+of seconds slow a whole interleaved call unevenly, and one phase then costs a third of the samples."""
+
+
+# Builds TVM's best kernel on the given inputs (benchmarks.tvm_ref.best_kernel with the
+# workload bound); None when TVM has no correct record to compile.
+TVMFactory = Callable[[Sequence[np.ndarray], Sequence[tuple[tuple[int, ...], Any]]], Any]
+
+
+def compare(
+    kernel: Kernel,
+    task: Task,
+    config: MeasureConfig,
+    seed: int = 0,
+    with_torch: bool = True,
+    tvm: TVMFactory | None = None,
+    round_pause_s: float = ROUND_PAUSE_S,
+) -> dict[str, Any]:
+    """Verify the kernel (PyTorch, TVM); time them and numpy in one interleaved call."""
+    inputs = task.make_inputs(seed)
+    outputs = empty_outputs(task.output_specs())
+    kernel(*inputs, *outputs)
+    with limit_numpy_threads(1):
+        refs = task.reference(inputs)
+    message = verify(outputs, refs, task.output_names, task.reduction_length)
+    out: dict[str, Any] = {"correct": message is None, "message": message, "torch_message": None}
+    if message is not None:
+        return out
+    fns: list[Callable[[], object]] = [
+        kernel.bind_call(*inputs, *outputs),
+        lambda: task.reference(inputs),
+    ]
+    names = ["loomtune", "numpy"]
+    torch_fn = torch_call(task, inputs) if with_torch else None
+    if torch_fn is not None:
+        call, result = torch_fn
+        call()
+        torch_wrong = verify(result(), refs, task.output_names, task.reduction_length)
+        if torch_wrong is None:
+            fns.append(call)
+            names.append("torch")
+        else:  # say so rather than time a different computation
+            out["torch_message"] = torch_wrong
+    if tvm is not None:
+        tvm_kernel = tvm(inputs, task.output_specs())
+        if tvm_kernel is None:
+            out["tvm_message"] = "TVM's database holds no successful record to compile"
+        else:
+            tvm_kernel.reset()  # NaN outputs: a kernel that writes nothing cannot pass
+            tvm_kernel.call()
+            tvm_wrong = verify(tvm_kernel.outputs(), refs, task.output_names, task.reduction_length)
+            out["tvm_message"] = tvm_wrong
+            if tvm_wrong is None:
+                fns.append(tvm_kernel.call)
+                names.append("tvm")
+    with limit_numpy_threads(1):
+        timings = dict(
+            zip(
+                names,
+                time_interleaved(fns, config, rounds=FINAL_ROUNDS, round_pause_s=round_pause_s),
+            )
+        )
+    latency = timings["loomtune"].median_ms
+    for name in ("loomtune", "numpy", "torch", "tvm"):
+        out[name] = _timing(timings[name]) if name in timings else None
+    out["latency_ms"] = latency
+    out["numpy_ms"] = timings["numpy"].median_ms
+    out["torch_ms"] = timings["torch"].median_ms if "torch" in timings else None
+    out["ratio_numpy"] = out["numpy_ms"] / latency
+    out["ratio_torch"] = out["torch_ms"] / latency if out["torch_ms"] else None
+    if tvm is not None:
+        tvm_ms = timings["tvm"].median_ms if "tvm" in timings else None
+        out["tvm_ms"] = tvm_ms
+        out["ratio_tvm"] = tvm_ms / latency if tvm_ms else None  # > 1: loomtune faster
+        out["tvm_ratio_numpy"] = out["numpy_ms"] / tvm_ms if tvm_ms else None
+    out["gflops"] = gflops(task.flops, latency) if task.flops else None
+    return out
+
+
+def _timing(t: Timing) -> dict[str, Any]:
+    return {
+        "times_ms": list(t.times_ms),
+        "number": t.number,
+        "median_ms": t.median_ms,
+        "min_ms": t.min_ms,
+    }
+
+
+@dataclass
+class Context:
+    folder: Path
+    seed: int
+    quiet_wait_s: float
+    measure: MeasureConfig
+    log: Callable[[str], None]
+    with_torch: bool = True
+    round_pause_s: float = ROUND_PAUSE_S
+    """Between the rounds of a final comparison (0 in a --quick smoke test)."""
+
+
+def final_comparison(
+    ctx: Context, task: Task, kernel: Kernel | None, tvm: TVMFactory | None = None
+) -> dict[str, Any]:
+    from benchmarks import harness
+
+    if kernel is None:
+        return {
+            "correct": False,
+            "message": "no correct candidate",
+            "latency_ms": None,
+            "numpy_ms": None,
+            "torch_ms": None,
+            "ratio_numpy": None,
+            "ratio_torch": None,
+            "others_load": None,
+            "contended": False,
+            **(
+                {"tvm_ms": None, "ratio_tvm": None, "tvm_ratio_numpy": None, "tvm_message": None}
+                if tvm
+                else {}
+            ),
+        }
+    if ctx.quiet_wait_s > 0:
+        harness.wait_until_quiet(ctx.quiet_wait_s)
+    before = harness.cpu_snapshot()
+    out = compare(kernel, task, ctx.measure, ctx.seed, ctx.with_torch, tvm, ctx.round_pause_s)
+    load = harness.others_load(before, harness.cpu_snapshot())
+    out.setdefault("latency_ms", None)
+    out.setdefault("numpy_ms", None)
+    out.setdefault("torch_ms", None)
+    out.setdefault("ratio_numpy", None)
+    out.setdefault("ratio_torch", None)
+    out["others_load"] = load
+    out["contended"] = harness.is_contended(load)
+    if out["correct"]:
+        torch_text = f", torch {out['torch_ms']:.3f} ms" if out["torch_ms"] else ""
+        if tvm is not None:
+            torch_text += (
+                f", TVM {out['tvm_ms']:.3f} ms"
+                if out.get("tvm_ms")
+                else f", TVM: {out.get('tvm_message')}"
+            )
+        ctx.log(
+            f"    final: loomtune {out['latency_ms']:.3f} ms, numpy {out['numpy_ms']:.3f} ms "
+            f"({out['ratio_numpy']:.2f}×){torch_text}{' (contended)' if out['contended'] else ''}"
+        )
+    else:
+        ctx.log(f"    final: WRONG: {out['message']}")
+    return out
+
+
+def head_to_head(
+    ctx: Context, task: Task, rows: dict[str, dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The best kernels of several runs, compiled from their traces, verified, and timed
+    interleaved in one call (with numpy for scale): the fair comparison of what each run
+    found. None when a run found no correct kernel."""
+    if any(not row.get("best_trace_json") for row in rows.values()):
+        return None
+    return time_kernels(
+        ctx, task, _compile_traces(task, {k: r["best_trace_json"] for k, r in rows.items()}, rows)
+    )
+
+
+def _compile_traces(
+    task: Task, traces: Mapping[str, dict[str, Any]], rows: Mapping[str, dict[str, Any]]
+) -> dict[str, Kernel | None]:
+    """Each run's trace (JSON) applied to `task` and compiled for that run's target."""
+    from codegen.kernel import compile_program
+    from tuner.trace.trace import Trace
+
+    return {
+        name: compile_program(
+            Trace.from_json(t).apply(task.program).program, parse_target(rows[name]["target"])
+        )
+        for name, t in traces.items()
+    }
+
+
+def duel_at(
+    ctx: Context, task: Task, rows: Mapping[str, dict[str, Any]], n: int
+) -> dict[str, Any] | None:
+    """The kernels that were each run's best after `n` trials (`best_trace_json_at`), timed
+    interleaved in one call (`time_kernels`); one kernel found by both is not timed
+    against itself. None when a run had no correct kernel by then."""
+    from tuner.trace.trace import Trace
+
+    traces = {name: (row.get("best_trace_json_at") or {}).get(str(n)) for name, row in rows.items()}
+    if any(t is None for t in traces.values()):
+        return None
+    if len({Trace.from_json(t).hash for t in traces.values()}) == 1:
+        return {"same_kernel": True}
+    return time_kernels(ctx, task, _compile_traces(task, traces, rows))  # type: ignore[arg-type]
+
+
+def time_kernels(
+    ctx: Context, task: Task, kernels: Mapping[str, Kernel | None]
+) -> dict[str, Any] | None:
+    """Verify the kernels, then time them and numpy interleaved in one call (pooled rounds):
+    `{name}_ms` per kernel and `numpy_ms`. None when one is missing or wrong."""
+    from benchmarks import harness
+
+    inputs = task.make_inputs(ctx.seed)
+    with limit_numpy_threads(1):
+        refs = task.reference(inputs)
+    fns: list[Callable[[], object]] = []
+    for kernel in kernels.values():
+        if kernel is None:
+            return None
+        outputs = empty_outputs(task.output_specs())
+        kernel(*inputs, *outputs)
+        if verify(outputs, refs, task.output_names, task.reduction_length) is not None:
+            return None
+        fns.append(kernel.bind_call(*inputs, *outputs))
+    fns.append(lambda: task.reference(inputs))
+    if ctx.quiet_wait_s > 0:
+        harness.wait_until_quiet(ctx.quiet_wait_s)
+    before = harness.cpu_snapshot()
+    with limit_numpy_threads(1):
+        timings = time_interleaved(
+            fns, ctx.measure, rounds=FINAL_ROUNDS, round_pause_s=ctx.round_pause_s
+        )
+    load = harness.others_load(before, harness.cpu_snapshot())
+    out: dict[str, Any] = {f"{name}_ms": t.median_ms for name, t in zip(kernels, timings)}
+    out["numpy_ms"] = timings[-1].median_ms
+    ctx.log("    head to head: " + ", ".join(f"{k} {v:.3f}" for k, v in out.items()))
+    out["contended"] = harness.is_contended(load)
+    return out
+
+
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    return None if not values or any(v is None for v in values) else statistics.median(values)  # type: ignore[type-var]

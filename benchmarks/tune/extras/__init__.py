@@ -1,0 +1,1 @@
+"""The tuning benchmark's optional experiments, one module each."""

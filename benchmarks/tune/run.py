@@ -1,0 +1,233 @@
+"""The tuning benchmark's run: the workloads, the extras, one result file."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import roofline
+from benchmarks.common import FORMAT, append_record, shown_path, utc_now, utc_text, write_result
+from benchmarks.tune.compare import FINAL_ROUNDS, ROUND_PAUSE_S, Context
+from benchmarks.tune.extras.evo_replay import evo_replay_all, evo_replay_entries
+from benchmarks.tune.extras.reuse import reuse
+from benchmarks.tune.extras.scheduler import SCHEDULER_ARMS, scheduler
+from benchmarks.tune.plot import plot
+from benchmarks.tune.suite import EXTRAS, REUSE_FROM, checkpoints, select
+from benchmarks.tune.torch_ref import torch_version
+from benchmarks.tune.tuning import tune_one
+from benchmarks.tune.tvm import tvm_goal, tvm_reference, tvm_row
+from codegen.host import host_target
+from workers.measure import CONFIRM_REPEAT, CONFIRM_WITHIN, TUNING_CONFIG
+from workers.timing import MeasureConfig
+
+
+def run(
+    *,
+    trials: int = 256,
+    quick: bool = False,
+    only: Sequence[str] | None = None,
+    extras: Sequence[str] = (),
+    seed: int = 0,
+    quiet_wait_s: float = 0.0,
+    strategy: str = "evolutionary",
+    replay_trials: int = 64,
+    with_torch: bool = True,
+    main: bool = True,
+    evo_seeds: int = 1,
+    with_tvm: bool = False,
+    tvm_cache_dir: Path | None = None,
+    tvm_time_limit_s: float | None = None,
+    tvm_retune: bool = False,
+    log: Callable[[str], None] = print,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows (one per workload) and ``{"tune": ...}`` with the extras and the settings.
+
+    Without `main` the workloads are not tuned one by one (no rows): only the
+    extras that need no main run (``scheduler``) run. With `with_tvm`, TVM
+    MetaSchedule tunes each workload first (or its cached records are used,
+    ``benchmarks.tvm_ref``) and its best kernel joins the final timing.
+    """
+    workloads = select(quick=quick, only=only)
+    measure = (
+        MeasureConfig(warmup=1, repeat=3, min_repeat_ms=5.0)
+        if quick
+        else MeasureConfig(warmup=2, repeat=15, min_repeat_ms=50.0)
+    )
+    extra: dict[str, Any] = {
+        "trials": trials,
+        "strategy": strategy,
+        "checkpoints": checkpoints(trials),
+        "torch": torch_version() if with_torch else None,
+        "measure_final": {
+            "warmup": measure.warmup,
+            "repeat": measure.repeat,
+            "min_repeat_ms": measure.min_repeat_ms,
+            "rounds": FINAL_ROUNDS,
+            "round_pause_s": 0.0 if quick else ROUND_PAUSE_S,
+        },
+        "measure_tuning": {
+            "repeat": TUNING_CONFIG.repeat,
+            "min_repeat_ms": TUNING_CONFIG.min_repeat_ms,
+            "confirm_repeat": CONFIRM_REPEAT,
+            "confirm_within": CONFIRM_WITHIN,
+        },
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "tvm": None,
+        "extras": {},
+        "not_done": [e for e in EXTRAS if e not in extras],
+    }
+    if with_tvm and main:
+        from benchmarks import tvm_ref
+
+        extra["tvm"] = {
+            "versions": tvm_ref.require_tvm(),
+            "target": tvm_ref.host_target(),
+            "cache_dir": shown_path(tvm_cache_dir or tvm_ref.CACHE_DIR),
+            "time_limit_s": tvm_time_limit_s or tvm_ref.DEFAULT_TIME_LIMIT_S,
+            "retune": tvm_retune,
+        }
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="loomtune-tune-") as tmp:
+        ctx = Context(
+            Path(tmp), seed, quiet_wait_s, measure, log, with_torch, 0.0 if quick else ROUND_PAUSE_S
+        )
+        db_files: dict[str, Path] = {}
+        for w in workloads if main else ():
+            task = w.task()
+            db_files[w.name] = ctx.folder / f"{len(db_files)}-{task.op}.sqlite"
+            tvm_meta, tvm_factory = None, None
+            if extra["tvm"] is not None:
+                tvm_meta, tvm_factory = tvm_reference(
+                    w, trials, seed, extra["tvm"], tvm_cache_dir, tvm_retune, log
+                )
+            log(f"tuning {w.name} ({trials} trials)")
+            row = tune_one(
+                ctx,
+                task,
+                trials=trials,
+                strategy=strategy,
+                db_file=db_files[w.name],
+                label=w.name,
+                tvm=tvm_factory,
+            )
+            row["weight"] = w.weight
+            if tvm_meta is not None:
+                row["tvm"] = tvm_row(tvm_meta, trials)
+                row["tvm_goal"] = tvm_goal(row)
+            rows.append(row)
+        seeds = [seed + i for i in range(max(1, evo_seeds))]
+        if "evo_replay" in extras and workloads:
+            n = min(replay_trials, trials)
+            # The main run's curves stand for seed `seed`'s evolutionary runs (when evolutionary).
+            main_rows = rows if rows and strategy == "evolutionary" else None
+            extra["extras"]["evo_replay"] = evo_replay_all(ctx, workloads, main_rows, n, seeds)
+        if "reuse" in extras:
+            source = next(
+                (w for w in workloads if w.op == "matmul" and w.params == REUSE_FROM and main), None
+            )
+            if source is None:
+                extra["not_done"].append("reuse (matmul 1024³ not in this run)")
+            else:
+                log("reuse across shapes: matmul 1000³")
+                warm, cold = (8, 16) if quick else (32, 128)
+                extra["extras"]["reuse"] = reuse(ctx, db_files[source.name], warm, cold, seeds)
+        if "scheduler" in extras:
+            log("task scheduler over the workloads")
+            extra["extras"]["scheduler"] = scheduler(ctx, workloads, 4 if quick else 128, seeds)
+    return rows, {"tune": extra}
+
+
+def run_and_write(
+    *,
+    out_dir: Path,
+    command: str = "",
+    environment: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+    suite: str | None = None,
+    record: Path | None = None,
+    **kwargs: Any,
+) -> tuple[dict[str, Any], Path]:
+    """Run the benchmark; write ``tune-<UTC>.json`` and the PNG of the same stem, append the
+    run's line to `record` when given; (result, path)."""
+    import dataclasses
+
+    from benchmarks import harness
+    from workers.machine import machine_info
+
+    started = utc_now()
+    wall = time.perf_counter()
+    peak = roofline.fma_peak_gflops()
+    before = harness.cpu_snapshot()
+    rows, extra = run(log=log, **kwargs)
+    after = harness.cpu_snapshot()
+    helped = sum(
+        (r.get("pool_cpu_s") or 0.0) + (r.get("search_cpu_s") or 0.0)
+        for r in _all_rows(rows, extra["tune"])
+    )
+    if after is not None:
+        after = dataclasses.replace(after, own=after.own + helped)
+    result: dict[str, Any] = {
+        "format": FORMAT,
+        "suite": suite or ("tune" if kwargs.get("main", True) else "tune_extras"),
+        "kind": "tune",
+        "description": "tuning to the best kernel: best-so-far per trial, tuning time, the final kernel "
+        + (
+            "against numpy, PyTorch and TVM MetaSchedule (tuned for the same trials), 1 thread"
+            if kwargs.get("with_tvm")
+            else "against numpy and PyTorch, 1 thread"
+        )
+        if kwargs.get("main", True)
+        else "the tuning benchmark's extras on their own ("
+        + ", ".join(kwargs.get("extras") or ())
+        + "), 1 thread",
+        "quick": bool(kwargs.get("quick")),
+        "command": command,
+        "seed": kwargs.get("seed", 0),
+        "utc": utc_text(started),
+        "wall_s": 0.0,
+        "machine": machine_info().to_dict(),
+        "target": host_target().canonical(),
+        "peak_gflops": peak,
+        "loomtune_version": importlib.metadata.version("loomtune"),
+        "environment": environment or {},
+        "measure": extra["tune"]["measure_final"],
+        "quiet_wait_s": kwargs.get("quiet_wait_s", 0.0),
+        "contended_threshold": harness.CONTENDED,
+        "others_load": harness.others_load(before, after),
+        "first_compile_ms": None,
+        "rows": rows,
+        "scaling": [],
+        **extra,
+    }
+    result["wall_s"] = time.perf_counter() - wall
+    path = write_result(result, out_dir, started)
+    png = plot(result, path.with_suffix(".png"))
+    if png is not None:
+        result["tune"]["plot"] = png.name
+        path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if record is not None:
+        append_record(result, record)
+    return result, path
+
+
+def _all_rows(rows: Sequence[dict[str, Any]], tune: dict[str, Any]) -> list[dict[str, Any]]:
+    out = list(rows)
+    ex = tune.get("extras") or {}
+    for e in evo_replay_entries(ex):
+        for p in e.get("per_seed") or [{"replay": e["replay"]}]:
+            out += [r for r in (p.get("evolutionary"), p["replay"]) if r is not None]
+    if "reuse" in ex:
+        for p in ex["reuse"].get("per_seed") or [ex["reuse"]]:
+            out += [p["warm"], p["cold"]]
+    if "scheduler" in ex:
+        e = ex["scheduler"]
+        for arm in SCHEDULER_ARMS:
+            if arm in e:
+                out += e.get(f"{arm}_runs") or [e[arm]]
+    return out

@@ -1,0 +1,95 @@
+"""The tuning benchmark's workloads, checkpoints and per-workload goals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ir.task import Task, library_task
+
+CHECKPOINTS = (16, 32, 64, 128, 256)
+EXTRAS = ("evo_replay", "reuse", "scheduler")
+
+
+def checkpoints(trials: int) -> list[int]:
+    """The trial counts the table reports: 16, 32, ... below the budget, and the budget."""
+    return sorted({c for c in CHECKPOINTS if c < trials} | {trials})
+
+
+@dataclass(frozen=True)
+class SuiteWorkload:
+    name: str
+    op: str
+    params: dict[str, int]
+    weight: float = 1.0  # in the scheduler extra
+
+    def task(self) -> Task:
+        return library_task(self.op, self.params)
+
+
+SUITE = (
+    SuiteWorkload("matmul 512³", "matmul", {"m": 512, "n": 512, "k": 512}, 1),
+    SuiteWorkload("matmul 1024³", "matmul", {"m": 1024, "n": 1024, "k": 1024}, 1),
+    SuiteWorkload(
+        "dense+bias+relu 128×768→3072",
+        "dense",
+        {"m": 128, "k": 768, "n": 3072, "bias": 1, "relu": 1},
+        4,
+    ),
+    SuiteWorkload(
+        "conv2d_nhwc 1×56×56×64→64 3×3",
+        "conv2d_nhwc",
+        {
+            "n": 1,
+            "h": 56,
+            "w": 56,
+            "ci": 64,
+            "co": 64,
+            "kh": 3,
+            "kw": 3,
+            "stride": 1,
+            "pad": 1,
+            "dilation": 1,
+        },
+        4,
+    ),
+    SuiteWorkload(
+        "batch_matmul 12×128×128×64", "batch_matmul", {"b": 12, "m": 128, "n": 128, "k": 64}, 2
+    ),
+    SuiteWorkload("softmax 4096×1024", "softmax", {"m": 4096, "n": 1024}, 2),
+)
+
+QUICK_SUITE = (
+    SuiteWorkload("matmul 32³", "matmul", {"m": 32, "n": 32, "k": 32}, 1),
+    SuiteWorkload("softmax 16×64", "softmax", {"m": 16, "n": 64}, 2),
+)
+
+REUSE_FROM = {"m": 1024, "n": 1024, "k": 1024}
+REUSE_TO = {"m": 1000, "n": 1000, "k": 1000}
+
+
+def short_name(w: SuiteWorkload) -> str:
+    return w.name.split()[0]
+
+
+def select(*, quick: bool = False, only: Sequence[str] | None = None) -> list[SuiteWorkload]:
+    """The suite (or the quick suite), restricted to the names in `only` (short or full)."""
+    workloads = list(QUICK_SUITE if quick else SUITE)
+    if only:
+        wanted = {name.strip().lower() for name in only}
+        workloads = [
+            w for w in workloads if short_name(w).lower() in wanted or w.name.lower() in wanted
+        ]
+    return workloads
+
+
+# Issue 13's acceptance, per workload: (op, params) -> (ratio to numpy, after how many
+# trials (None: the final kernel), most seconds of tuning (None: no limit)).
+GOALS: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[float, int | None, float | None]] = {
+    ("matmul", (("k", 1024), ("m", 1024), ("n", 1024))): (0.9, None, None),
+    ("matmul", (("k", 512), ("m", 512), ("n", 512))): (0.7, 64, None),
+    ("dense", (("bias", 1), ("k", 768), ("m", 128), ("n", 3072), ("relu", 1))): (1.2, None, None),
+    ("conv2d_nhwc", tuple(sorted(SUITE[3].params.items()))): (2.0, None, None),
+    ("batch_matmul", (("b", 12), ("k", 64), ("m", 128), ("n", 128))): (1.0, None, None),
+    ("softmax", (("m", 4096), ("n", 1024))): (3.0, None, 600.0),
+}
