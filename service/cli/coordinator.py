@@ -25,7 +25,7 @@ class TokenError(LoomtuneError):
     """A token that cannot be made or found."""
 
 
-def add_parsers(sub: Any) -> None:
+def add_coordinator_parsers(sub: Any) -> None:
     serve = sub.add_parser("serve", help="run the coordinator (REST API; refuses a stale schema)")
     serve.add_argument(
         "--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})"

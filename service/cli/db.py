@@ -21,7 +21,7 @@ from service.cli.common import (
 )
 
 
-def add_parsers(sub: Any) -> None:
+def add_db_parsers(sub: Any) -> None:
     """`best` and `db upgrade|export|import`: the tuning database's commands."""
     best = sub.add_parser("best", help="the best stored record of a workload (no re-measuring)")
     best.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")

@@ -8,7 +8,7 @@ from typing import Any
 from service.cli.common import export_target, log, positive_int, resolve_task
 
 
-def add_parser(sub: Any) -> None:
+def add_export_parser(sub: Any) -> None:
     export = sub.add_parser(
         "export", help="write a kernel as code a C program links (.so + .h, .o, .ll, .s)"
     )

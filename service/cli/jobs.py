@@ -37,7 +37,7 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", metavar="T", help="API token (default: LOOMTUNE_TOKEN)")
 
 
-def add_parsers(sub: Any) -> None:
+def add_jobs_parsers(sub: Any) -> None:
     jobs = sub.add_parser("jobs", help="a coordinator's tuning jobs: submit, list, show, cancel")
     jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True, parser_class=Parser)
 

@@ -13,35 +13,41 @@ import sys
 from collections.abc import Sequence
 
 from ir.errors import LoomtuneError
-from service.cli import coordinator, db, export, jobs, run, tune, worker
 from service.cli.common import EXIT_USER_ERROR, Parser
+from service.cli.coordinator import add_coordinator_parsers, cmd_serve, cmd_token
+from service.cli.db import add_db_parsers, cmd_best, cmd_db
+from service.cli.export import add_export_parser, cmd_export
+from service.cli.jobs import add_jobs_parsers, cmd_jobs
+from service.cli.run import add_run_parsers, cmd_apply, cmd_ops, cmd_run
+from service.cli.tune import add_tune_parser, cmd_tune
+from service.cli.worker import add_worker_parser, cmd_worker
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="loomtune", description="Auto-tune tensor programs for CPUs.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    run.add_parsers(sub)
-    export.add_parser(sub)
-    db.add_parsers(sub)
-    tune.add_parser(sub)
-    coordinator.add_parsers(sub)
-    jobs.add_parsers(sub)
-    worker.add_parser(sub)
+    add_run_parsers(sub)
+    add_export_parser(sub)
+    add_db_parsers(sub)
+    add_tune_parser(sub)
+    add_coordinator_parsers(sub)
+    add_jobs_parsers(sub)
+    add_worker_parser(sub)
     return p
 
 
 COMMANDS = {
-    "ops": run.cmd_ops,
-    "run": run.cmd_run,
-    "apply": run.cmd_apply,
-    "export": export.cmd_export,
-    "best": db.cmd_best,
-    "db": db.cmd_db,
-    "tune": tune.cmd_tune,
-    "serve": coordinator.cmd_serve,
-    "token": coordinator.cmd_token,
-    "jobs": jobs.cmd_jobs,
-    "worker": worker.cmd_worker,
+    "ops": cmd_ops,
+    "run": cmd_run,
+    "apply": cmd_apply,
+    "export": cmd_export,
+    "best": cmd_best,
+    "db": cmd_db,
+    "tune": cmd_tune,
+    "serve": cmd_serve,
+    "token": cmd_token,
+    "jobs": cmd_jobs,
+    "worker": cmd_worker,
 }
 
 

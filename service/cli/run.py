@@ -18,7 +18,7 @@ from service.cli.common import (
 )
 
 
-def add_parsers(sub: Any) -> None:
+def add_run_parsers(sub: Any) -> None:
     """`ops`, `run` and `apply`: the workload library, and a kernel compiled, verified and timed."""
     ops = sub.add_parser("ops", help="list the workload library")
     ops.add_argument("--json", action="store_true", help="print one JSON object")

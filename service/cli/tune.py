@@ -19,7 +19,7 @@ from service.cli.common import (
 from tuner.database import STATUSES
 
 
-def add_parser(sub: Any) -> None:
+def add_tune_parser(sub: Any) -> None:
     tune = sub.add_parser(
         "tune", help="tune a workload on this machine (local database and worker pool)"
     )

@@ -15,7 +15,7 @@ from typing import Any
 from service.cli.common import UsageError, positive_int
 
 
-def add_parser(sub: Any) -> None:
+def add_worker_parser(sub: Any) -> None:
     worker = sub.add_parser(
         "worker", help="measure candidates for a coordinator (runs until SIGTERM/Ctrl-C)"
     )
