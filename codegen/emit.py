@@ -25,9 +25,9 @@ from llvmlite import ir as ll
 from codegen import mathfn
 from codegen.vector import VectorPlan, plan_vector_loop, vector_cap
 from ir import dtype as dt
+from ir.arith import linear_in
 from ir.errors import IRError, UnboundShapeError
 from ir.expr import Binary, Buffer, Call, Cast, Const, Expr, Load, Select, Var, render
-from ir.lower.simplify import linear_in
 from ir.node import walk
 from ir.program import Allocate, BufferStore, For, IfThenElse, Program, SeqStmt, Stmt
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ir.arith import linear_in
 from ir.expr import Const, Expr, Load, Select, Var
-from ir.lower.simplify import linear_in, simplify_expr
+from ir.lower.simplify import simplify_expr
 from ir.node import walk
 from ir.program import Allocate, BufferStore, For, IfThenElse, SeqStmt, Stmt
 

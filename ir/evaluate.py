@@ -101,7 +101,7 @@ def _compute(t: Tensor, values: Mapping[str, np.ndarray], sizes: Mapping[str, in
             shape[d] = n
             env[axis.var] = base.reshape(shape)
         mask = np.ones(full, dtype=bool)
-        val = np.broadcast_to(_eval(source, env, values, mask), full)
+        val = np.broadcast_to(eval_expr(source, env, values, mask), full)
         if isinstance(body, Reduce):
             axes = tuple(range(len(grid), len(full)))
             reducer = {"sum": np.sum, "max": np.max, "min": np.min}[body.combiner]
@@ -114,9 +114,13 @@ def _compute(t: Tensor, values: Mapping[str, np.ndarray], sizes: Mapping[str, in
     return out
 
 
-def _eval(
+def eval_expr(
     e: Expr, env: Mapping[Var, np.ndarray], values: Mapping[str, np.ndarray], mask: np.ndarray
 ) -> np.ndarray:
+    """`e` over index grids: `env` binds variables to arrays, `values` names buffers.
+
+    Only lanes where `mask` holds must be valid (in bounds, no division by zero).
+    """
     if isinstance(e, Var):
         if e not in env:
             raise IRError(f"variable {e.name} is not an axis of this compute")
@@ -124,8 +128,8 @@ def _eval(
     if isinstance(e, Const):
         return np.asarray(e.value, dtype=dt.to_numpy(e.dtype))
     if isinstance(e, Binary):
-        a = _eval(e.a, env, values, mask)
-        b = _eval(e.b, env, values, mask)
+        a = eval_expr(e.a, env, values, mask)
+        b = eval_expr(e.b, env, values, mask)
         with np.errstate(all="ignore"):
             if e.op in ("floordiv", "floormod"):
                 b = np.where(np.broadcast_to(mask, np.broadcast(a, b, mask).shape), b, 1)
@@ -133,21 +137,21 @@ def _eval(
         return r.astype(dt.to_numpy(e.dtype), copy=False)
     if isinstance(e, Call):
         with np.errstate(all="ignore"):
-            return _NP_CALL[e.fn](_eval(e.args[0], env, values, mask))
+            return _NP_CALL[e.fn](eval_expr(e.args[0], env, values, mask))
     if isinstance(e, Cast):
-        v = _eval(e.value, env, values, mask)
+        v = eval_expr(e.value, env, values, mask)
         with np.errstate(all="ignore"):
             return v.astype(dt.to_numpy(e.dtype))
     if isinstance(e, Select):
-        c = np.broadcast_to(_eval(e.cond, env, values, mask), mask.shape)
-        t = _eval(e.true_value, env, values, mask & c)
-        f = _eval(e.false_value, env, values, mask & ~c)
+        c = np.broadcast_to(eval_expr(e.cond, env, values, mask), mask.shape)
+        t = eval_expr(e.true_value, env, values, mask & c)
+        f = eval_expr(e.false_value, env, values, mask & ~c)
         return np.where(c, t, f)
     if isinstance(e, Load):
         arr = values[e.buffer.name]
         idx = []
         for d, ix in enumerate(e.indices):
-            i = np.broadcast_to(_eval(ix, env, values, mask), mask.shape)
+            i = np.broadcast_to(eval_expr(ix, env, values, mask), mask.shape)
             bad = mask & ((i < 0) | (i >= arr.shape[d]))
             if bad.any():
                 raise IRError(

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ir.arith import linear_in
 from ir.expr import Binary, Call, Const, Load, Select
 from ir.lower import lower
-from ir.lower.simplify import linear_in
 from ir.node import walk
 from ir.program import Allocate, BufferStore, For, IfThenElse, Program, SeqStmt, Stmt
 from ir.task import Task

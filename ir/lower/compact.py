@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ir.arith import bound, build_linear, linear_form
 from ir.expr import Buffer, Const, Expr, Load, Var
-from ir.lower.simplify import _build, _linear, bound, simplify_expr
+from ir.lower.simplify import simplify_expr
 from ir.node import Node, map_children
 from ir.program import Allocate, BufferStore, For, IfThenElse, Program, SeqStmt, Stmt
 
@@ -79,7 +80,7 @@ def _compact_one(body: Stmt, buf: Buffer) -> Stmt | None:
     common = _common_prefix([loops for _, loops in accesses])
     shape = buf.concrete_shape()
     # Each index's linear form, once: every depth tried below relaxes the same forms.
-    forms = [[_linear(simplify_expr(idx)) for idx in indices] for indices, _ in accesses]
+    forms = [[linear_form(simplify_expr(idx)) for idx in indices] for indices, _ in accesses]
     for depth in range(len(common), 0, -1):
         anchor = common[depth - 1]
         region = _union_region(accesses, forms, depth, shape)
@@ -112,7 +113,7 @@ def _union_region(
 ) -> list[tuple[Expr, int]] | None:
     """Per dimension (min, extent) over one iteration of the depth-th loop, or None.
 
-    `forms[a][d]` is the linear form of access a's d-th index (`_linear`)."""
+    `forms[a][d]` is the linear form of access a's d-th index (`linear_form`)."""
     dims: list[list[tuple[dict[Expr, int], int, int]]] = [[] for _ in shape]
     for (_, loops), lins in zip(accesses, forms):
         relax: dict[Var, tuple[int, int]] = {}
@@ -146,7 +147,7 @@ def _union_region(
             return None
         lo = min(e[1] for e in entries)
         hi = max(e[2] for e in entries)
-        region.append((_build(fixed0, lo, "int64"), hi - lo + 1))
+        region.append((build_linear(fixed0, lo, "int64"), hi - lo + 1))
     return region
 
 
@@ -159,7 +160,7 @@ def _vars(e: Expr) -> list[Var]:
 def _disjoint_across(region: list[tuple[Expr, int]], anchor: For) -> bool:
     """Whether iterations of `anchor` touch disjoint parts of the buffer."""
     for mn, ext in region:
-        lin = _linear(mn)
+        lin = linear_form(mn)
         if lin is not None and abs(lin[0].get(anchor.var, 0)) >= ext:
             return True
     return False

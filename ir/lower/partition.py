@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ir import dtype as dt
+from ir.arith import bound, linear_form
 from ir.expr import Binary, Const, Expr, Var
-from ir.lower.simplify import _linear, bound, simplify_stmt
+from ir.lower.simplify import simplify_stmt
 from ir.node import children, walk
 from ir.program import Allocate, For, IfThenElse, Program, SeqStmt, Stmt, seq
 from ir.visit import substitute
@@ -165,7 +166,7 @@ def _guard_limit(cond: Expr, var: Var, ranges: Ranges, *, lowest: bool = False) 
     holds for every value of `rest`, or (lowest) for at least one."""
     if not isinstance(cond, Binary) or cond.op not in ("lt", "le") or not dt.is_int(cond.a.dtype):
         return None
-    lin = _linear(cond.a - cond.b)
+    lin = linear_form(cond.a - cond.b)
     if lin is None:
         return None
     terms, const = lin

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ir.arith import bound, build_linear, linear_form
 from ir.expr import Const, Expr, Load, Var
-from ir.lower.simplify import _build, _linear, bound, simplify_expr
+from ir.lower.simplify import simplify_expr
 from ir.node import walk
 from ir.program import BlockRealize, BufferStore, For, Program
 from ir.schedule.state import all_blocks
@@ -71,7 +72,7 @@ def relaxed_region(
 
 
 def _dim_region(idx: Expr, relax: Mapping[Var, tuple[int, int]], size: int) -> tuple[Expr, int]:
-    lin = _linear(idx)
+    lin = linear_form(idx)
     if lin is None:
         return Const(0, "int64"), size
     terms, const = lin
@@ -100,7 +101,7 @@ def _dim_region(idx: Expr, relax: Mapping[Var, tuple[int, int]], size: int) -> t
         return Const(start, "int64"), max(stop - start, 1)
     if extent >= size:
         return Const(0, "int64"), size
-    return _build(fixed, const + lo, "int64"), extent
+    return build_linear(fixed, const + lo, "int64"), extent
 
 
 def store_of(r: BlockRealize) -> BufferStore | None:

@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from ir.arith import bound, linear_form
 from ir.expr import Binary, Buffer, Const, Expr, Load, Var, logical_and
-from ir.lower.simplify import _linear, bound, simplify_expr
+from ir.lower.simplify import simplify_expr
 from ir.node import Node, walk
 from ir.program import (
     TRUE,
@@ -259,7 +260,7 @@ def _writes_disjoint_across(program: Program, r: BlockRealize, f: For, what: str
 def _disjoint(region: Region, var: Var) -> bool:
     """Whether the region moves, in some dimension, by at least its extent per step of `var`."""
     for mn, ext in region:
-        lin = _linear(mn)
+        lin = linear_form(mn)
         if lin is not None and abs(lin[0].get(var, 0)) >= ext:
             return True
     return False
@@ -406,7 +407,7 @@ def _exact_box(
     used: set[Var] = set()
     out: Region = []
     for d, e in enumerate(exprs):
-        lin = _linear(simplify_expr(e, env))
+        lin = linear_form(simplify_expr(e, env))
         if lin is None:
             return None
         terms, const = lin

@@ -13,11 +13,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ir.arith import bound
 from ir.build import point_regions
 from ir.errors import IRError
-from ir.evaluate import _eval
+from ir.evaluate import eval_expr
 from ir.expr import Binary, Buffer, Const, Expr, IterVar, Load, Var, as_index, minimum, render
-from ir.lower.simplify import bound, simplify_expr
+from ir.lower.simplify import simplify_expr
 from ir.node import Node, map_children, walk
 from ir.program import (
     TRUE,
@@ -298,7 +299,7 @@ def _check_injective(block: str, buffer: str, imap: IndexMap, shape: tuple[int, 
     grids = np.meshgrid(*(np.arange(s, dtype=np.int64) for s in shape), indexing="ij")
     env = {v: g for v, g in zip(imap.src, grids)}
     mask = np.ones(shape, dtype=bool)
-    cols = [np.broadcast_to(_eval(e, env, {}, mask), shape).ravel() for e in imap.dst]
+    cols = [np.broadcast_to(eval_expr(e, env, {}, mask), shape).ravel() for e in imap.dst]
     # Each output index tuple as one row-major number over the outputs' ranges
     # (non-negative, checked above): one-to-one iff no number repeats. A linear
     # pass (bincount), where sorting tuples (np.unique over rows) took ~50 ms at 256².

@@ -230,7 +230,8 @@ def _check_disjoint_writes(program: Program, r: BlockRealize, lp: For, kind: str
     block) must move by at least its extent, in some dimension, from one iteration
     to the next.
     """
-    from ir.lower.simplify import _linear, simplify_expr
+    from ir.arith import linear_form
+    from ir.lower.simplify import simplify_expr
     from ir.schedule.analysis import loop_ranges, relaxed_region
 
     chain = loops_above(program, r.block.name)
@@ -245,7 +246,7 @@ def _check_disjoint_writes(program: Program, r: BlockRealize, lp: For, kind: str
         region = relaxed_region(idx, relax, shape)  # type: ignore[arg-type]
         ok = False
         for mn, ext in region:
-            lin = _linear(mn)
+            lin = linear_form(mn)
             if lin is not None and abs(lin[0].get(lp.var, 0)) >= ext:
                 ok = True
                 break

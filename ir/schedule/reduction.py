@@ -15,11 +15,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from ir.arith import linear_form
 from ir.build import combine, point_regions
 from ir.compute import reduce_identity
-from ir.evaluate import _eval
+from ir.evaluate import eval_expr
 from ir.expr import Binary, Buffer, Const, Expr, IterVar, Load, Var, render
-from ir.lower.simplify import _linear, simplify_expr
+from ir.lower.simplify import simplify_expr
 from ir.node import Node, walk
 from ir.program import (
     TRUE,
@@ -229,7 +230,7 @@ def _check_single_visit(
         return
     if any(not isinstance(lp.extent, Const) for lp in (*outer, *inner)):
         raise ScheduleError(f"loop {loop}: a loop around the block has a non-constant extent")
-    forms = [_linear(simplify_expr(v)) for v in spatial_vals]
+    forms = [linear_form(simplify_expr(v)) for v in spatial_vals]
     linear = all(f is not None and all(isinstance(a, Var) for a in f[0]) for f in forms)
     if linear and _mixed_radix(forms, inner):  # type: ignore[arg-type]
         return
@@ -251,7 +252,7 @@ def _check_single_visit(
     }
     mask = np.ones(shape, dtype=bool)
     cols = [
-        np.broadcast_to(_eval(substitute(v, others), env, {}, mask), shape).ravel()  # type: ignore[arg-type]
+        np.broadcast_to(eval_expr(substitute(v, others), env, {}, mask), shape).ravel()  # type: ignore[arg-type]
         for v in spatial_vals
     ]
     if not linear:
@@ -319,7 +320,7 @@ def _check_no_other_access(blk: Block, lp: For, loop: str) -> None:
 
 
 def _linear_in_vars(e: Expr) -> bool:
-    lin = _linear(e)
+    lin = linear_form(e)
     return lin is not None and all(isinstance(atom, Var) for atom in lin[0])
 
 

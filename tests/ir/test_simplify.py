@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ir.arith import bound
 from ir.expr import Const, Var, render
-from ir.lower.simplify import bound, simplify_expr
+from ir.lower.simplify import simplify_expr
 
 i, j, k = Var("i"), Var("j"), Var("k")
 ENV = {i: (0, 15), j: (0, 7), k: (0, 99)}
@@ -52,7 +53,7 @@ def test_float_arithmetic_is_not_reassociated() -> None:
 
 
 def test_strides_in_agrees_with_linear_in_for_every_variable() -> None:
-    from ir.lower.simplify import linear_in, strides_in
+    from ir.arith import linear_in, strides_in
 
     cases = [
         i * 8 + j,
