@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ir import dtype as dt
+from ir.arith import strides_in
 from ir.expr import CMP_OPS, LOGIC_OPS, Binary, Buffer, Call, Cast, Const, Expr, Load, Select
 from ir.lower import lower
-from ir.lower.simplify import strides_in
 from ir.node import walk
 from ir.program import Allocate, BufferStore, For, IfThenElse, Program, SeqStmt, Stmt
 
