@@ -77,24 +77,24 @@ class Schedule:
     # -- compute location -------------------------------------------------------
 
     def compute_at(self, block: BlockRV | str, loop: LoopRV | str) -> None:
-        from ir.schedule import compute_location as C
+        from ir.schedule.compute_at import compute_at
 
-        self._apply_program(C.compute_at, block_name(block), loop_name(loop))
+        self._apply_program(compute_at, block_name(block), loop_name(loop))
 
     def reverse_compute_at(self, block: BlockRV | str, loop: LoopRV | str) -> None:
-        from ir.schedule import compute_location as C
+        from ir.schedule.compute_at import reverse_compute_at
 
-        self._apply_program(C.reverse_compute_at, block_name(block), loop_name(loop))
+        self._apply_program(reverse_compute_at, block_name(block), loop_name(loop))
 
     def compute_inline(self, block: BlockRV | str) -> None:
-        from ir.schedule import compute_location as C
+        from ir.schedule.inline import compute_inline
 
-        self._apply_program(C.compute_inline, block_name(block))
+        self._apply_program(compute_inline, block_name(block))
 
     def reverse_compute_inline(self, block: BlockRV | str) -> None:
-        from ir.schedule import compute_location as C
+        from ir.schedule.inline import reverse_compute_inline
 
-        self._apply_program(C.reverse_compute_inline, block_name(block))
+        self._apply_program(reverse_compute_inline, block_name(block))
 
     # -- caches -----------------------------------------------------------------
 

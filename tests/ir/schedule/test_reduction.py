@@ -95,7 +95,7 @@ def test_decompose_reduction_refusals(mm) -> None:
 
 def test_decompose_reduction_refuses_to_hoist_the_init_above_a_recomputation() -> None:
     """After compute_at under a loop that does not feed it, the reduction repeats per iteration."""
-    pytest.importorskip("ir.schedule.compute_location")
+    pytest.importorskip("ir.schedule.compute_at")
     task = library_task("softmax", {"m": 7, "n": 29})
     sch = Schedule(task.program)
     sch.compute_at("exp_sum", "j_1")  # exp_sum recomputed for every j_1
@@ -263,7 +263,7 @@ def test_gemm_tile_with_local_accumulator(golden) -> None:
 
 def test_gemm_tile_with_write_back_inside_the_tile(golden) -> None:
     """reverse_compute_at moves the write-back into the tile: an 8x16 register tile."""
-    pytest.importorskip("ir.schedule.compute_location")
+    pytest.importorskip("ir.schedule.compute_at")
     task, sch, (i0, _, j0, j1, k0, k1), wb = _gemm_schedule()
     sch.reverse_compute_at(wb, j0)
     init = sch.decompose_reduction("C", k0)
