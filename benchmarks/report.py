@@ -206,7 +206,7 @@ def tables(result: dict[str, Any]) -> list[tuple[str | None, Table, str | None]]
     if result["kind"] == "db":
         return [(None, db_table(result), "\n\n".join(n for n in (db_note(result), note) if n))]
     if result["kind"] == "service":
-        from benchmarks.service_bench import report_tables as service_tables
+        from benchmarks.service_report import report_tables as service_tables
 
         return service_tables(result, note)
     if result["kind"] == "cost_model":

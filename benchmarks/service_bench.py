@@ -18,7 +18,7 @@ when the run fails.
    one `POST .../results` with a fake but valid result for each (status ok,
    three run times, a fresh record id), measuring nothing. The candidates
    are written beforehand through the job runner's seam
-   (`service.jobs.add_candidates`) for a job held by the runner `bench` (the
+   (`service.coordinator.jobs.add_candidates`) for a job held by the runner `bench` (the
    coordinator's own job runner leaves it alone), so the search is not what
    is timed. Results/s = results the coordinator accepted / the window;
    lease round trip = the client-side time of one lease call.
@@ -49,21 +49,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cluster import Proc, base_env, loomtune, tree_cpu
 from benchmarks.db_queries import (
     PG_DEFAULT,
     Meter,
@@ -73,7 +69,6 @@ from benchmarks.db_queries import (
     unmetered,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 GOAL_RESULTS_PER_S = 500.0
 """Issue 11: result submissions per second from 16 simulated workers."""
 THROUGHPUT_WORKERS = 16
@@ -118,334 +113,6 @@ def config_for(quick: bool) -> ServiceBenchConfig:
     return ServiceBenchConfig(postgres_url=url)
 
 
-# -- processes -------------------------------------------------------------------------
-
-
-def loomtune() -> list[str]:
-    script = Path(sys.executable).parent / "loomtune"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "service.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _cpu_of(pid: int, tick: int) -> tuple[float, int] | None:
-    """(utime + stime seconds, parent pid) of a live process."""
-    try:
-        line = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    fields = line.rpartition(") ")[2].split()
-    return (int(fields[11]) + int(fields[12])) / tick, int(fields[1])
-
-
-def tree_cpu(pids: Sequence[int]) -> float:
-    """CPU seconds so far of these processes and their live descendants."""
-    tick = os.sysconf("SC_CLK_TCK")
-    table: dict[int, tuple[float, int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        got = _cpu_of(int(entry.name), tick)
-        if got is not None:
-            table[int(entry.name)] = got
-    wanted, total, frontier = set(pids), 0.0, list(pids)
-    while frontier:
-        pid = frontier.pop()
-        total += table.get(pid, (0.0, 0))[0]
-        for child, (_, parent) in table.items():
-            if parent == pid and child not in wanted:
-                wanted.add(child)
-                frontier.append(child)
-    return total
-
-
-class Proc:
-    """A subprocess with its stderr in a temporary file."""
-
-    def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
-        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            list(argv), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True
-        )
-
-    def text(self) -> str:
-        return Path(self.log.name).read_text(encoding="utf-8", errors="replace")
-
-    def wait_for(self, needle: str, timeout: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout
-        while needle not in (text := self.text()):
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"exited {self.proc.returncode} before {needle!r}: {text[-2000:]}"
-                )
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no {needle!r} within {timeout:g} s: {text[-2000:]}")
-            time.sleep(0.05)
-        return text
-
-    def stop(self, grace_s: float = 5.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
-
-
-def _env(database_url: str | None = None, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOMTUNE_TEST_FAULTS")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    if database_url is not None:
-        env["LOOMTUNE_DATABASE_URL"] = database_url
-    env.update(extra)
-    return env
-
-
-class Coordinator:
-    """`loomtune db upgrade`, then `loomtune serve` on loopback until /healthz answers."""
-
-    def __init__(self, database_url: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = _env(database_url, LOOMTUNE_ADMIN_TOKEN=ADMIN)
-        done = subprocess.run(
-            [*loomtune(), "db", "upgrade"],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"loomtune db upgrade failed: {done.stderr[-2000:]}")
-        argv = [*loomtune(), "serve", "--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = Proc([*argv, "--log-level", "warning"], self.env)
-        import httpx
-
-        deadline = time.monotonic() + 120
-        while True:
-            if self.proc.proc.poll() is not None:
-                raise RuntimeError(
-                    f"serve exited {self.proc.proc.returncode}: {self.proc.text()[-2000:]}"
-                )
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.url}/healthz", timeout=2, trust_env=False).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("serve did not answer /healthz within 120 s")
-            time.sleep(0.1)
-
-    def token(self, role: str, owner: str) -> str:
-        import httpx
-
-        r = httpx.post(
-            f"{self.url}/v1/tokens",
-            json={"role": role, "owner": owner},
-            headers={"Authorization": f"Bearer {ADMIN}"},
-            timeout=30,
-            trust_env=False,
-        )
-        r.raise_for_status()
-        return r.json()["secret"]
-
-    def stop(self) -> None:
-        self.proc.stop()
-
-
-def pg_url(url: str, schema: str) -> str:
-    """`url` whose connections use `schema` (what the subprocesses are given)."""
-    from service.db.engine import database_url
-
-    text = database_url(url)
-    return f"{text}{'&' if '?' in text else '?'}options=-csearch_path%3D{schema}"
-
-
-# -- simulated workers ------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = q * (len(ordered) - 1)
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-@dataclass
-class SimStats:
-    lease_ms: list[float] = field(default_factory=list)
-    post_ms: list[float] = field(default_factory=list)
-    leases: int = 0
-    """Lease calls that returned candidates."""
-    empty_leases: int = 0
-    results: int = 0
-    errors: list[str] = field(default_factory=list)
-
-
-def fake_result(candidate_id: int) -> dict[str, Any]:
-    return {
-        "candidate_id": candidate_id,
-        "record_id": str(uuid.uuid4()),
-        "status": "ok",
-        "run_times_ms": [1.0, 1.1, 1.05],
-        "message": "",
-        "loomtune_version": "bench",
-        "llvm_version": "bench",
-    }
-
-
-class Fleet:
-    """Simulated workers of one coordinator: the job, its candidates, the registered workers."""
-
-    def __init__(self, coordinator: Coordinator, engine: Any) -> None:
-        import httpx
-
-        from codegen.host import parse_target
-        from ir.task import library_task
-        from service import jobs
-        from service.db.session import Sessions
-        from tuner.database import utc_now
-
-        self.coordinator = coordinator
-        self.sessions = Sessions(engine)
-        self.secret = coordinator.token("worker", "bench-workers")
-        self.workers: list[int] = []
-        self.added = 0
-        self.taken = 0
-        self._n = 0
-        op, params = MEASURE_WORKLOAD
-        with self.sessions.write() as s:
-            job = jobs.create_job(
-                s,
-                owner="bench",
-                task=library_task(op, params),
-                target=parse_target(SIM_TARGET).canonical(),
-                trials=10**9,
-                strategy="replay",
-                seed=0,
-            )
-            job.status = "running"
-            job.runner = RUNNER
-            job.runner_expires_at = utc_now() + timedelta(hours=6)
-            s.flush()
-            self.job_id = job.id
-        self.http = httpx.Client(base_url=coordinator.url, timeout=120, trust_env=False)
-
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.secret}"}
-
-    def ensure_workers(self, n: int) -> list[int]:
-        while len(self.workers) < n:
-            body = {"name": f"sim-{len(self.workers)}", "target": SIM_TARGET}
-            r = self.http.post("/v1/workers", json=body, headers=self.headers())
-            r.raise_for_status()
-            self.workers.append(r.json()["id"])
-        return self.workers[:n]
-
-    def fill(self, pending: int, chunk: int = 1000) -> float:
-        """Write candidates until `pending` are waiting (the runner's seam); seconds it took."""
-        from service import jobs
-
-        start = time.perf_counter()
-        while self.added - self.taken < pending:
-            n = min(chunk, pending - (self.added - self.taken))
-            traces = []
-            for _ in range(n):
-                self._n += 1
-                trace = {"version": 1, "instructions": [], "decisions": {"0": [self._n, 1]}}
-                traces.append((trace, uuid.UUID(int=self._n).hex + uuid.UUID(int=self._n).hex))
-            with self.sessions.write() as s:
-                jobs.add_candidates(s, self.job_id, traces)
-            self.added += n
-        return time.perf_counter() - start
-
-    def drive(self, n: int, duration_s: float, batch: int) -> dict[str, Any]:
-        """n simulated workers for `duration_s`; what they got done."""
-        import httpx
-
-        ids = self.ensure_workers(n)
-        stats = [SimStats() for _ in ids]
-        barrier = threading.Barrier(n + 1)
-        deadline = [0.0]
-        url, headers = self.coordinator.url, self.headers()
-
-        def work(i: int) -> None:
-            st, wid = stats[i], ids[i]
-            with httpx.Client(base_url=url, headers=headers, timeout=120, trust_env=False) as http:
-                http.get("/healthz")  # the connection, before the clock
-                barrier.wait()
-                while time.perf_counter() < deadline[0]:
-                    try:
-                        t = time.perf_counter()
-                        r = http.post(f"/v1/workers/{wid}/lease", json={"max_candidates": batch})
-                        st.lease_ms.append((time.perf_counter() - t) * 1e3)
-                        if r.status_code != 200:
-                            st.errors.append(f"lease {r.status_code}: {r.text[:200]}")
-                            continue
-                        cands = [c["candidate_id"] for c in r.json()["candidates"]]
-                        if not cands:
-                            st.empty_leases += 1
-                            break  # ran dry: the window ends early
-                        st.leases += 1
-                        body = {"results": [fake_result(c) for c in cands]}
-                        t = time.perf_counter()
-                        r = http.post(f"/v1/workers/{wid}/results", json=body)
-                        st.post_ms.append((time.perf_counter() - t) * 1e3)
-                        if r.status_code != 200:
-                            st.errors.append(f"results {r.status_code}: {r.text[:200]}")
-                            continue
-                        st.results += len(r.json()["accepted"])
-                    except httpx.HTTPError as e:
-                        st.errors.append(f"{type(e).__name__}: {e}")
-
-        threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(n)]
-        for t in threads:
-            t.start()
-        deadline[0] = time.perf_counter() + duration_s + 3600  # set for real below
-        barrier.wait()
-        start = time.perf_counter()
-        deadline[0] = start + duration_s
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - start
-        lease_ms = [x for st in stats for x in st.lease_ms]
-        post_ms = [x for st in stats for x in st.post_ms]
-        results = sum(st.results for st in stats)
-        leases = sum(st.leases for st in stats)
-        self.taken += results
-        errors = [e for st in stats for e in st.errors]
-        return {
-            "workers": n,
-            "batch": batch,
-            "window_s": elapsed,
-            "results": results,
-            "leases": leases,
-            "lease_calls": len(lease_ms),
-            "posts": len(post_ms),
-            "results_per_s": results / elapsed,
-            "leases_per_s": leases / elapsed,
-            "requests_per_s": (len(lease_ms) + len(post_ms)) / elapsed,
-            "lease_ms_median": statistics.median(lease_ms) if lease_ms else None,
-            "lease_ms_p95": percentile(lease_ms, 0.95),
-            "lease_ms_max": max(lease_ms) if lease_ms else None,
-            "post_ms_median": statistics.median(post_ms) if post_ms else None,
-            "post_ms_p95": percentile(post_ms, 0.95),
-            "ran_dry": any(st.empty_leases for st in stats),
-            "errors": len(errors),
-            "first_errors": errors[:5],
-        }
-
-    def close(self) -> None:
-        self.http.close()
-
-
 # -- the parts ---------------------------------------------------------------------------
 
 
@@ -471,6 +138,8 @@ def simulated_rows(
     config: ServiceBenchConfig, meter: Meter, log: Callable[[str], None]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Parts 1 and 2 on one coordinator and one PostgreSQL schema."""
+    from benchmarks.service_fleet import Coordinator, Fleet, pg_url
+
     rows: list[dict[str, Any]] = []
     with postgres_schema(config.postgres_url) as (engine, schema):
         coordinator = Coordinator(pg_url(config.postgres_url, schema))
@@ -608,6 +277,7 @@ def cluster_row(
     config: ServiceBenchConfig, meter: Meter, log: Callable[[str], None]
 ) -> dict[str, Any]:
     """Part 3b: `loomtune serve` + two `loomtune worker --cores C`, the job over HTTP."""
+    from benchmarks.service_fleet import Coordinator, pg_url
     from service.client import Client
 
     assert config.measure_trials is not None
@@ -631,7 +301,7 @@ def cluster_row(
                     "--cores",
                     c,
                 ]
-                workers.append(Proc(argv, _env()))
+                workers.append(Proc(argv, base_env()))
             for w in workers:
                 w.wait_for("ready: ", timeout=120)
             pids = [coordinator.proc.proc.pid, *(w.proc.pid for w in workers)]
@@ -660,7 +330,7 @@ def cluster_row(
                 answer, load, cpu = _timed(meter, body, helpers)
         finally:
             for w in workers:
-                w.stop()
+                w.stop(grace_s=5.0)
             coordinator.stop()
             with contextlib.suppress(Exception):
                 engine.dispose()
@@ -786,155 +456,6 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             else None
         ),
     }
-
-
-# -- report ------------------------------------------------------------------------------
-
-
-def _f(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
-
-
-def _pg(value: float | None) -> str:
-    """The local PostgreSQL server's CPU seconds: summed over its live processes, so a window where
-    backends exited (their time gone with them) can read negative; shown as unknown."""
-    return "—" if value is None or value < 0 else _f(value)
-
-
-def _mark(row: dict[str, Any]) -> str:
-    return " †" if row.get("contended") else ""
-
-
-def report_tables(
-    result: dict[str, Any], footnote: str | None = None
-) -> list[tuple[str | None, list[str] | Any, str | None]]:
-    """(caption, table, note) triples for `benchmarks/report.py`."""
-    rows = result["rows"]
-    details = result.get("service", {})
-    s = summary(rows)  # derived from the rows: the current definitions
-    batch = details.get("measure", {}).get("batch", BATCH)
-    goals_rows: list[list[str]] = []
-    tp = next((r for r in rows if r["case"] == "throughput"), None)
-    if tp is not None:
-        ok = tp["correct"]
-        goals_rows.append(
-            [
-                f"result submissions/s, {tp.get('workers', THROUGHPUT_WORKERS)} simulated workers{_mark(tp)}",
-                _f(tp.get("results_per_s"), 0) if ok else "failed",
-                f"≥ {GOAL_RESULTS_PER_S:.0f}",
-                "yes" if s["results_goal_met"] else "**no**",
-            ]
-        )
-        if ok:
-            goals_rows.append(
-                [f"leases/s (batches of {batch}), same run", _f(tp["leases_per_s"], 0), "", ""]
-            )
-            goals_rows.append(
-                [
-                    "lease round trip, median / p95 ms, same run",
-                    f"{_f(tp['lease_ms_median'])} / {_f(tp['lease_ms_p95'])}",
-                    "",
-                    "",
-                ]
-            )
-    sweep = [r for r in rows if r["case"] == "sweep"]
-    if sweep:
-        first = s.get("first_workers_over_limit")
-        goals_rows.append(
-            [
-                f"simulated workers served before lease p95 > {LEASE_P95_LIMIT_MS:.0f} ms",
-                f"{s.get('most_workers_under_limit') or 0} (first over: {first if first else 'none up to ' + str(max(r['workers'] for r in sweep))})",
-                "",
-                "",
-            ]
-        )
-    emb = next((r for r in rows if r["case"] == "embedded"), None)
-    clu = next((r for r in rows if r["case"] == "cluster"), None)
-    if emb and clu:
-        goals_rows.append(
-            [
-                "measurement: 2 workers / embedded, candidates/s",
-                f"{_f(clu.get('candidates_per_s'), 2)} / {_f(emb.get('candidates_per_s'), 2)}"
-                + (
-                    f" ({s['cluster_over_embedded']:.2f}×)"
-                    if s.get("cluster_over_embedded")
-                    else ""
-                ),
-                "",
-                "",
-            ]
-        )
-    goals = (["measure", "value", "goal", "met"], goals_rows)
-    out: list[tuple[str | None, Any, str | None]] = [(None, goals, None)]
-    table_rows = []
-    for r in sweep:
-        cpu = r.get("cpu_s", {})
-        table_rows.append(
-            [
-                f"{r['workers']}{_mark(r)}",
-                _f(r.get("lease_ms_median")),
-                _f(r.get("lease_ms_p95")),
-                _f(r.get("post_ms_median")),
-                _f(r.get("results_per_s"), 0),
-                _f(r.get("requests_per_s"), 0),
-                f"{_f(cpu.get('coordinator'))} / {_pg(cpu.get('postgres'))} / {_f(cpu.get('bench_process'))}",
-                "yes" if r["correct"] else f"**no**: {r.get('message')}",
-            ]
-        )
-    if table_rows:
-        caption = (
-            f"Simulated workers (threads, one httpx client each, batches of {batch}, no measuring), "
-            f"{details.get('measure', {}).get('sweep_s', 0):g} s each:"
-        )
-        headers = [
-            "workers",
-            "lease ms median",
-            "lease ms p95",
-            "post ms median",
-            "results/s",
-            "requests/s",
-            "CPU s coordinator / PostgreSQL / clients",
-            "ok",
-        ]
-        out.append((caption, (headers, table_rows), None))
-    mrows = []
-    for r in (emb, clu):
-        if r is None:
-            continue
-        mrows.append(
-            [
-                r["label"] + _mark(r),
-                str(r.get("candidates", "—")),
-                _f(r.get("wall_s"), 2),
-                _f(r.get("candidates_per_s"), 2),
-                "yes" if r["correct"] else f"**no**: {r.get('message')}",
-            ]
-        )
-    if mrows:
-        op, params = MEASURE_WORKLOAD
-        caption = (
-            f"Measurement throughput, one job both ways ({op} {params['m']}×{params['n']}×{params['k']}, replay, "
-            "seed 0; workers started before the clock):"
-        )
-        out.append((caption, (["mode", "candidates", "wall s", "candidates/s", "ok"], mrows), None))
-    notes = [note(result), footnote]
-    out[-1] = (out[-1][0], out[-1][1], "\n\n".join(n for n in notes if n))
-    return out
-
-
-def note(result: dict[str, Any]) -> str:
-    details = result.get("service", {})
-    cores = result.get("machine", {}).get("usable_cores")
-    return (
-        f"Everything on this machine ({cores} usable cores): the coordinator (one uvicorn process), "
-        "PostgreSQL and the simulated workers (threads of the benchmark process) share the cores, so the "
-        "simulated-worker numbers are a floor for a coordinator with cores of its own; in the measurement runs "
-        "the coordinator, its job runner and the two workers share them too. A simulated worker leases again as "
-        "soon as its post returns; a real one measures first (tens to hundreds of ms a candidate), so it asks "
-        "far less often. The PostgreSQL CPU column is the whole local server's (other clients' "
-        "queries included; — where backends exited mid-window). Schema dropped afterwards: "
-        f"`{details.get('simulated_schema', '—')}`."
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ several), a run is:
    llvmlite) is reported as `startup_s` and kept out of the rate;
 2. a fresh SQLite file in a temporary folder, through
    `service.db.store.open_database` (the store `loomtune tune` writes);
-3. `tuner.loop.tune_loop` with the replay strategy over `SimpleSpace` (the
+3. `tuner.search.loop.tune_loop` with the replay strategy over `SimpleSpace` (the
    space `service.tuning.make_space` gives `loomtune tune`), the loop's own
    batch size, for `trials` candidates; every candidate is replayed,
    compiled, verified and timed (`workers.measure.TUNING_CONFIG`) by a
@@ -246,6 +246,22 @@ def _stats(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
+def _problems(
+    run: Any, trials: Sequence[Any], failures: dict[str, int], wanted: int, restarts: int
+) -> list[str]:
+    """What makes a throughput row wrong: failed candidates, a shortfall, restarted processes."""
+    problems = []
+    if failures:
+        problems.append("failures: " + ", ".join(f"{n} {s}" for s, n in failures.items()))
+        first = next(t.result for t in trials if not t.result.ok)
+        problems.append(f"first: {first.status}: {first.message}")
+    if run.trials_done < wanted:
+        problems.append(run.stop_reason)
+    if restarts:
+        problems.append(f"{restarts} measurement process restart(s)")
+    return problems
+
+
 def measure_run(
     workload: BenchWorkload,
     setup: Setup,
@@ -258,7 +274,7 @@ def measure_run(
     """One workload in one setup: a fresh pool and database, the loop timed; one result row."""
     from codegen.host import host_target
     from service.db.store import open_database
-    from tuner.loop import tune_loop
+    from tuner.search.loop import tune_loop
     from tuner.search.strategy import SearchContext, make_strategy
     from workers.pool import LocalPool
 
@@ -315,15 +331,7 @@ def measure_run(
     parent = {name: clock.seconds[name] for name in (*PARENT_PHASES, "sample", "has_measured")}
     parent["other"] = max(0.0, run.seconds - sum(clock.seconds[name] for name in PARENT_PHASES))
     failures = dict(sorted(run.failures.items()))
-    problems = []
-    if failures:
-        problems.append("failures: " + ", ".join(f"{n} {s}" for s, n in failures.items()))
-        first = next(t.result for t in trials if not t.result.ok)
-        problems.append(f"first: {first.status}: {first.message}")
-    if run.trials_done < setup.trials:
-        problems.append(run.stop_reason)
-    if restarts:
-        problems.append(f"{restarts} measurement process restart(s)")
+    problems = _problems(run, trials, failures, setup.trials, restarts)
     row = {
         "case": workload.label,
         "label": f"{workload.label} · {setup.name}",
@@ -393,7 +401,7 @@ def run(
                 rows.append(
                     measure_run(workload, setup, seed=seed, folder=Path(tmp), meter=meter, log=log)
                 )
-    from tuner.loop import DEFAULT_BATCH
+    from tuner.search.loop import DEFAULT_BATCH
 
     details = {
         "workloads": [asdict(w) for w in workloads],

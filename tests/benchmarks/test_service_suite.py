@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from benchmarks import service_bench
+from benchmarks import service_bench, service_report
 from benchmarks.__main__ import main
 from benchmarks.report import suite_section
 from service.db.engine import make_engine
@@ -122,5 +122,5 @@ def test_report_says_which_goals_are_met() -> None:
     assert summary["results_goal_met"] is True
     assert summary["first_workers_over_limit"] == 2 and summary["most_workers_under_limit"] == 1
     result = {"rows": rows, "service": {"summary": summary, "measure": {"batch": 8, "sweep_s": 1}}}
-    (_, (headers, goals), _), *_ = service_bench.report_tables(result)
+    (_, (headers, goals), _), *_ = service_report.report_tables(result)
     assert headers == ["measure", "value", "goal", "met"] and goals[0][-1] == "yes"

@@ -3,7 +3,7 @@
 The commands are the ones `docker-compose.yml` runs (`test_compose.py` checks
 that), with loopback addresses and this test's ports, tokens and cores. The
 coordinator runs on a PostgreSQL schema of its own. The job runner's part is
-played through its seam in `service.jobs`: a job is created already running,
+played through its seam in `service.coordinator.jobs`: a job is created already running,
 held by the runner `e2e-test` (so a coordinator's own job runner leaves it
 alone), and its candidates are real traces of the task, written with
 `add_candidates`.
@@ -13,13 +13,8 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -29,12 +24,20 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
-from service import jobs
+from benchmarks.cluster import (  # noqa: F401 (the tests use them from here)
+    ROOT,
+    Proc,
+    alive,
+    base_env,
+    children,
+    free_port,
+    loomtune,
+)
+from service.coordinator import jobs
 from service.db.engine import make_engine
 from service.db.session import Sessions
 from tuner.database import utc_now
 
-ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "lt_e2e-admin-secret-0123456789"
 RUNNER = "e2e-test"
 
@@ -83,107 +86,9 @@ def normalise(argv: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def loomtune() -> list[str]:
-    """The installed `loomtune` entry point beside this interpreter (else the module)."""
-    script = Path(sys.executable).parent / "loomtune"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "service.cli"]
-
-
 def command(argv: Sequence[str]) -> list[str]:
     assert argv[0] == "loomtune"
     return [*loomtune(), *argv[1:]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def base_env(database_url: str | None = None, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOMTUNE_TEST_FAULTS")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    if database_url is not None:
-        env["LOOMTUNE_DATABASE_URL"] = database_url
-    env.update(extra)
-    return env
-
-
-def children(pid: int) -> list[int]:
-    """The pids whose parent is `pid` (the worker's measurement processes)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-class Proc:
-    """A subprocess whose stderr goes to a file the test can search."""
-
-    def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
-        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115
-        self.argv = list(argv)
-        self.proc = subprocess.Popen(
-            self.argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True
-        )
-        self.descendants: set[int] = set()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def text(self) -> str:
-        return Path(self.log.name).read_text()
-
-    def wait_for(self, pattern: str, timeout: float = 30.0) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while True:
-            m = re.search(pattern, self.text())
-            if m:
-                return m
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"{self.argv[:3]} exited {self.proc.returncode} before {pattern!r}:\n{self.text()[-3000:]}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {pattern!r} within {timeout} s:\n{self.text()[-3000:]}")
-            time.sleep(0.05)
-
-    def remember_children(self) -> None:
-        self.descendants.update(children(self.pid))
-
-    def signal(self, sig: int) -> None:
-        self.remember_children()
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    def stop(self) -> None:
-        """SIGKILL it and whatever it started (an orphaned measurement process would linger)."""
-        self.signal(signal.SIGKILL)
-        self.proc.wait()
-        for pid in self.descendants:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
 
 
 class Coordinator:
