@@ -291,19 +291,7 @@ def test_duel_at_times_each_runs_best_after_n_trials(tmp_path: Path) -> None:
     )
 
 
-def _old_style(result: dict, *, bare: bool) -> dict:
-    """The result as older files had it: extras.evo_replay one workload's dict (`bare`: as
-    before --evo-seeds, without seeds, per_seed and checkpoints)."""
-    old = json.loads(json.dumps(result))
-    entry = old["tune"]["extras"]["evo_replay"]["workloads"][0]
-    if bare:
-        for key in ("seeds", "per_seed", "checkpoints"):
-            del entry[key]
-    old["tune"]["extras"]["evo_replay"] = entry
-    return old
-
-
-def test_report_renders_old_and_new_evo_replay(tmp_path: Path) -> None:
+def test_report_renders_evo_replay(tmp_path: Path) -> None:
     result = {
         "seed": 0,
         "utc": "2026-01-01T00:00:00Z",
@@ -333,20 +321,6 @@ def test_report_renders_old_and_new_evo_replay(tmp_path: Path) -> None:
         "evolutionary ahead of replay (median of 3 seeds)",
     ]
     assert new_rows[-1][1] == "2 of 2 workloads at 64 trials"
-    for bare in (False, True):
-        old = _old_style(result, bare=bare)
-        assert len(tune_evo.evo_replay_entries(old["tune"]["extras"])) == 1
-        headers, rows = tune_report.extras_table(old)
-        assert rows == [
-            new_rows[0]
-            if not bare
-            else ["evolutionary vs replay, a, 64 trials", "2 ms vs 2.5 ms", "evolutionary ahead"]
-        ]
-        assert text_table((headers, rows))
-        assert tune_report.extras_note(old)
-        if not bare:  # per-seed curves to draw
-            png = tune_plot.plot(old, tmp_path / "old.png")
-            assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
     png = tune_plot.plot(result, tmp_path / "new.png")
     assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
 

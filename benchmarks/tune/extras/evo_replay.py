@@ -143,14 +143,9 @@ EVO_GOAL_AT = (64, 256)
 
 
 def evo_replay_entries(ex: dict[str, Any]) -> list[dict[str, Any]]:
-    """The per-workload ``evo_vs_replay`` dicts of ``extras["evo_replay"]``, in either form:
-    the current ``{"workloads": [...], ...}`` or the older single dict of one workload."""
+    """The per-workload ``evo_vs_replay`` dicts of ``extras["evo_replay"]``."""
     e = ex.get("evo_replay")
-    if not e:
-        return []
-    if "workloads" in e:
-        return list(e["workloads"])
-    return [e]
+    return list(e["workloads"]) if e else []
 
 
 def summary_checkpoints(trials: int) -> list[int]:
@@ -160,8 +155,6 @@ def summary_checkpoints(trials: int) -> list[int]:
 
 def _medians_at(entry: dict[str, Any], n: int) -> tuple[float, float] | None:
     c = (entry.get("checkpoints") or {}).get(str(n))
-    if c is None and n == entry["trials"]:  # older files: the budget only
-        c = entry
     if c is None or c.get("evolutionary_ms") is None or c.get("replay_ms") is None:
         return None
     return c["evolutionary_ms"], c["replay_ms"]
