@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ir.arith import linear_form
-from ir.build import combine, point_regions
+from ir.build import NameSupply, combine, point_regions
 from ir.compute import reduce_identity
 from ir.evaluate import eval_expr
 from ir.expr import Binary, Buffer, Const, Expr, IterVar, Load, Var, render
@@ -349,6 +349,45 @@ def rfactor(program: Program, loop: str, factor_axis: int) -> tuple[Program, str
     buffer has the loop's extent as an extra dimension at `factor_axis` among the
     output's dimensions. Returns the rfactor block's name.
     """
+    f = _check_rfactor(program, loop, factor_axis)
+    names = fresh_names(program)
+    buf = f.buf
+    rf_buf = Buffer(
+        names.fresh(f"{f.out.name}_rf"),
+        (*buf.shape[:factor_axis], f.lp.extent, *buf.shape[factor_axis:]),
+        buf.dtype,
+    )
+    rf_name = rf_buf.name if f.name == f.out.name else names.fresh(f"{f.name}_rf")
+    rf_realize = _rfactor_realize(f, names, rf_buf, rf_name, factor_axis)
+    wb_loops, wb = _write_back(f, names, rf_buf, factor_axis)
+    program = replace_realize(program, f.name, lambda _: rf_realize)
+    return insert_root(program, f.here + 1, wrap_nest(wb, wb_loops), [rf_buf]), rf_name
+
+
+@dataclass(frozen=True)
+class _Rfactor:
+    """What rfactor learnt while checking its legality, for building the two blocks."""
+
+    lp: For
+    r: BlockRealize
+    spatial_vals: list[Expr]
+    red_loops: list[For]
+    op: str
+    out: Buffer
+    idx: tuple[Expr, ...]
+    value: Expr
+    init_value: Expr
+    buf: Buffer
+    here: int
+    wb_domain: list[IterVar]
+
+    @property
+    def name(self) -> str:
+        return self.r.block.name
+
+
+def _check_rfactor(program: Program, loop: str, factor_axis: int) -> _Rfactor:
+    """The checks of rfactor, in its order; refuses with ScheduleError."""
     lp = find_loop(program, loop)
     under = blocks_under(lp)
     if len(under) != 1:
@@ -410,19 +449,20 @@ def rfactor(program: Program, loop: str, factor_axis: int) -> tuple[Program, str
         raise ScheduleError(
             f'block "{name}": its init value depends on more than the written index'
         )
-
-    names = fresh_names(program)
-    rf_buf = Buffer(
-        names.fresh(f"{out.name}_rf"),
-        (*buf.shape[:factor_axis], lp.extent, *buf.shape[factor_axis:]),
-        buf.dtype,
+    return _Rfactor(
+        lp, r, spatial_vals, red_loops, op, out, idx, value, init_value, buf, here, wb_domain
     )
-    rf_name = rf_buf.name if name == out.name else names.fresh(f"{name}_rf")
-    combiner = _COMBINERS[op]
-    identity = reduce_identity(combiner, buf.dtype)
 
-    # 1. the rfactor block: `loop` becomes a spatial axis, the other reduction
-    #    loops get one reduction axis each, the old axes are expressions of them.
+
+def _rfactor_realize(
+    f: _Rfactor, names: NameSupply, rf_buf: Buffer, rf_name: str, factor_axis: int
+) -> BlockRealize:
+    """The rfactor block: `loop` becomes a spatial axis, the other reduction loops get one
+    reduction axis each, the old axes are expressions of them."""
+    lp, r, blk, loop = f.lp, f.r, f.r.block, f.lp.var.name
+    idx, red_loops, spatial_vals, out, value = f.idx, f.red_loops, f.spatial_vals, f.out, f.value
+    combiner = _COMBINERS[f.op]
+    identity = reduce_identity(combiner, f.buf.dtype)
     rf_iv = IterVar(Var(names.fresh(f"v{loop}")), lp.extent, "spatial")
     other_red = [x for x in red_loops if x.var != lp.var]
     red_ivs = [IterVar(Var(names.fresh(f"v{x.var.name}")), x.extent, "reduce") for x in other_red]
@@ -451,18 +491,21 @@ def rfactor(program: Program, loop: str, factor_axis: int) -> tuple[Program, str
         blk.alloc_buffers,
         blk.annotations,
     )
-    rf_realize = BlockRealize(
-        (*spatial_vals, lp.var, *(x.var for x in other_red)), r.predicate, rf_block
-    )
+    return BlockRealize((*spatial_vals, lp.var, *(x.var for x in other_red)), r.predicate, rf_block)
 
-    # 2. the write-back block (the original name) reduces the new dimension.
+
+def _write_back(
+    f: _Rfactor, names: NameSupply, rf_buf: Buffer, factor_axis: int
+) -> tuple[list[For], Block]:
+    """The write-back block (the original name), reducing the new dimension, and its loops."""
+    combiner, out, idx, name = _COMBINERS[f.op], f.out, f.idx, f.name
     wb_loops, wb_ivs = new_domain(
-        names, [*((iv.extent, "spatial") for iv in wb_domain), (lp.extent, "reduce")]
+        names, [*((iv.extent, "spatial") for iv in f.wb_domain), (f.lp.extent, "reduce")]
     )
-    wb_map: dict[Var, Expr] = {old.var: new.var for old, new in zip(wb_domain, wb_ivs)}
+    wb_map: dict[Var, Expr] = {old.var: new.var for old, new in zip(f.wb_domain, wb_ivs)}
     wb_idx = tuple(substitute(i, wb_map) for i in idx)
     wb_rf_idx = (*wb_idx[:factor_axis], wb_ivs[-1].var, *wb_idx[factor_axis:])
-    wb_init_value: Expr = substitute(init_value, wb_map, into_buffers=False)  # type: ignore[assignment]
+    wb_init_value: Expr = substitute(f.init_value, wb_map, into_buffers=False)  # type: ignore[assignment]
     partial = Load(rf_buf, wb_rf_idx)  # type: ignore[arg-type]
     wb = Block(
         name,
@@ -475,9 +518,7 @@ def rfactor(program: Program, loop: str, factor_axis: int) -> tuple[Program, str
         BufferStore(out, combine(combiner, Load(out, wb_idx), partial), wb_idx),  # type: ignore[arg-type]
         BufferStore(out, wb_init_value, wb_idx),  # type: ignore[arg-type]
     )
-
-    program = replace_realize(program, name, lambda _: rf_realize)
-    return insert_root(program, here + 1, wrap_nest(wb, wb_loops), [rf_buf]), rf_name
+    return wb_loops, wb
 
 
 def _recognise(blk: Block) -> tuple[str, Buffer, tuple[Expr, ...], Expr, Expr]:
