@@ -146,7 +146,7 @@ def collect(
     Without a `runner`, a `LocalPool` of one-thread slots is started when
     something is missing (and closed afterwards).
     """
-    from tuner.loop import tune_loop
+    from tuner.search.loop import tune_loop
     from tuner.search.strategy import SearchContext, make_strategy
     from tuner.space.simple import SimpleSpace
 

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tuner.loop import DEFAULT_BATCH
+from tuner.search.loop import DEFAULT_BATCH
 from tuner.search.task_scheduler import SchedulerConfig, pick_task
 
 Curve = list[float]

@@ -17,8 +17,8 @@ from codegen.kernel import Kernel, compile_program
 from ir.target import Target
 from ir.task import Task
 from tuner.database import Database, TuningRecord
-from tuner.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
 from tuner.runner import Runner
+from tuner.search.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
 from tuner.search.strategy import SearchContext, default_strategy, make_strategy
 from tuner.space.base import DesignSpace
 from tuner.trace.trace import Trace

@@ -11,7 +11,7 @@ changes anything, so the caller decides what commits together. Row locks go
 in one order everywhere, worker -> jobs -> candidates (see `service.coordinator.leases`):
 lock a job before touching its candidates.
 
-The job runner's seam (it wraps `tuner.loop.tune_loop` with a `Runner` over these):
+The job runner's seam (it wraps `tuner.search.loop.tune_loop` with a `Runner` over these):
 
 - `claim_job(session, runner, lease_seconds)`: the oldest queued job, or a running
   one whose runner's lease expired (a coordinator died: resume it), now leased

@@ -5,7 +5,7 @@ lease on the job so that with several coordinators on one PostgreSQL each job
 has exactly one driver), rebuilds its search from the database (the strategy
 de-duplicates against every stored record and the evolutionary model warm-
 starts from them, so a restarted coordinator resumes where the last one
-stopped), and runs `tuner.loop.tune_loop` with a `LeaseRunner`: proposed
+stopped), and runs `tuner.search.loop.tune_loop` with a `LeaseRunner`: proposed
 traces become candidates rows, remote workers lease and measure them, and
 their results come back as the records the workers posted. The job's lease is
 renewed while it waits; a cancelled job, or one claimed by another runner after
@@ -30,8 +30,8 @@ from service.coordinator import jobs
 from service.db.session import Sessions
 from service.db.store import SQLDatabase
 from tuner.database import TuningRecord
-from tuner.loop import tune_loop
 from tuner.runner import MeasureResult, RunnerFuture
+from tuner.search.loop import tune_loop
 from tuner.search.strategy import SearchContext, make_strategy
 from tuner.trace.trace import Trace
 

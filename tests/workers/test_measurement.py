@@ -12,7 +12,7 @@ import pytest
 from codegen.host import host_target
 from ir.task import library_task
 from tuner.database import InMemoryDatabase
-from tuner.loop import tune_loop
+from tuner.search.loop import tune_loop
 from tuner.search.strategy import SearchContext
 from tuner.space.simple import SimpleSpace
 from tuner.trace.trace import Trace

@@ -1,1 +1,2 @@
-"""The search: strategies that pick what to measure next, the pool that makes their children, the task scheduler."""
+"""The search: what to measure next (strategies), the loop that measures and teaches them,
+the pool that makes their children, and the task scheduler that shares one budget."""

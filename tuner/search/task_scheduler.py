@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from ir.task import Task
 from tuner.cost_model.model import XGBCostModel
 from tuner.database import Database
-from tuner.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
 from tuner.runner import Runner
+from tuner.search.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
 from tuner.search.strategy import SearchContext, SearchStrategy, make_strategy
 from tuner.space.base import DesignSpace
 

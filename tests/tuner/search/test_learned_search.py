@@ -16,8 +16,8 @@ from ir.task import Task, library_task
 from tuner.cost_model.features import FEATURE_NAMES, FEATURES, STORE_FEATURE_NAMES, program_features
 from tuner.cost_model.model import CostModelError, XGBCostModel, normalised_throughput
 from tuner.database import InMemoryDatabase
-from tuner.loop import make_record, tune_loop
 from tuner.search.evolutionary import EvolutionaryStrategy, shape_distance
+from tuner.search.loop import make_record, tune_loop
 from tuner.search.strategy import SearchContext, default_strategy, make_strategy
 from tuner.simulated import SimulatedRunner
 from tuner.space.simple import SimpleSpace
@@ -156,7 +156,7 @@ _SCRIPT = """
 import json
 from ir.task import library_task
 from tuner.database import InMemoryDatabase
-from tuner.loop import make_record, tune_loop
+from tuner.search.loop import make_record, tune_loop
 from tuner.simulated import SimulatedRunner
 from tuner.space.simple import SimpleSpace
 from tuner.search.strategy import SearchContext, make_strategy

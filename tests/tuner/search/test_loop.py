@@ -11,8 +11,8 @@ import pytest
 
 from ir.task import library_task
 from tuner.database import InMemoryDatabase
-from tuner.loop import tune_loop
 from tuner.runner import MeasureResult, ReadyFuture
+from tuner.search.loop import tune_loop
 from tuner.search.strategy import SearchContext, UnknownStrategyError, make_strategy
 from tuner.simulated import SimulatedRunner, analytic_cost_ms
 from tuner.space.simple import SimpleSpace
@@ -136,7 +136,7 @@ _SCRIPT = """
 import json
 from ir.task import library_task
 from tuner.database import InMemoryDatabase
-from tuner.loop import tune_loop
+from tuner.search.loop import tune_loop
 from tuner.simulated import SimulatedRunner
 from tuner.space.simple import SimpleSpace
 from tuner.search.strategy import SearchContext, make_strategy
