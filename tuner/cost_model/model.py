@@ -10,16 +10,8 @@ measures which ranks held-out workloads better (NDCG) and `DEFAULT_OBJECTIVE`
 is the winner. Until `min_samples` results are in, predictions are random
 (seeded), so the search is replay-like rather than guided by noise.
 
-Measured (`python -m benchmarks run --suite cost_model`: 1,442 real
-measurements of replay samples of 10 workloads, sklearn `ndcg_score` at 10,
-mean over held-out workloads; benchmarks/results/cost_model-20261122T082811Z.json):
-regression 0.526 / rank 0.523 with the workload left out, 0.658 / 0.676 on a
-workload's second half (random: 0.32 / 0.38); 0.592 vs 0.599 over both
-settings, and 0.694 vs 0.658, 0.669 vs 0.686, 0.699 vs 0.701 on three more
-collections. A tie within the noise between collections, so regression stays
-the default (rank must win by 0.02 and lose in neither setting). A
-scikit-learn random forest on the same features ranks held-out workloads
-better in all four (0.563 here) and is level within a workload (0.667).
+Regression stays the default: the two objectives tie within the noise between
+measurement collections, and rank must win by 0.02 and lose in neither setting.
 """
 
 from __future__ import annotations

@@ -173,10 +173,7 @@ class EvolutionaryStrategy:
         has none picked yet (best's counts), then the fastest of the rest.
 
         A structural variant of the best keeps its tiles, which may suit only its own
-        structure: on matmul 1024³ (Emerald Rapids) the best unpacked record (13.8 ms, K
-        blocks of 128) was within 3% of the best packed one (13.4, K 256), and cold runs
-        on 1000³ settled on unpacked kernels with K blocks of 50, where the best's unpacked
-        variant (K 250) ran 20.0.
+        structure, so the other structure's own fastest record is the better start for it.
         """
         structure = getattr(self.context.space, "structure", None)
 
@@ -392,10 +389,7 @@ class EvolutionaryStrategy:
         first batch's best few, and where those lie far from the good region the early
         batches stall around them while random samples keep finding better ones. Its ranking
         of fresh samples is already better than chance, and it sharpens with every batch:
-        small batches from a large pool use it best. Offline, on 320 measured random samples
-        of each suite workload (Emerald Rapids VM), 64 trials picked this way (16 random, then
-        batches of 8 from 128) ended on average 0.5-8.5% (by workload) nearer the best
-        sample than 64 random ones; batches of 16 from 48 fresh samples gained half as much.
+        small batches from a large pool use it best.
         """
         cfg = self.config
         out = self._variants_of_best(min(cfg.best_variants, n))
@@ -428,9 +422,8 @@ class EvolutionaryStrategy:
 
         Evolution changes such a choice rarely (the `structure` mutator's 5%), and a model
         trained mostly on one side scores the other side's few samples, drawn with random
-        tiles, badly: a run can stall there (matmul 1024³ on Sapphire Rapids: 13.3 ms
-        unpacked after 256 trials, where another run found 11.7 packed by trial 64). A new
-        best's variants keep its tiles, so each side is judged at its best.
+        tiles, badly: a run can stall on one side. A new best's variants keep its tiles, so
+        each side is judged at its best.
         """
         variants = getattr(self.context.space, "variants", None)
         if variants is None or room <= 0 or not self.measured:

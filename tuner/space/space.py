@@ -176,8 +176,7 @@ class RuleSpace:
         With `rederive_rng`, a rule part that replays but whose root nests are no longer
         the ones the rules annotated is re-derived instead (`rederive`): moving a block
         can add or remove a nest, and a replayed mutant left the new nest without its
-        vectorize and unroll annotations (znver5: the evolutionary search's softmax
-        stuck at 1.40 ms, its exp loop vectorized by LLVM alone, where replay found 1.24).
+        vectorize and unroll annotations, which stalled the search on such programs.
         """
         try:
             sch = rules.apply(self.program)

@@ -68,9 +68,7 @@ _DRAWS = 64
 MIN_ACCUMULATORS = 8
 """Independent accumulators a register tile needs: an FMA's latency (4 cycles) times the
 FMA pipes (2 on Zen 3 and Zen 4, where a 512-bit FMA takes both). Fewer wait on their own
-chains (a 1 x 8 dense tile ran at half the speed of 4 x 24 on AVX2); more are not needed
-(dense 128x768->3072 on znver4: an 8 x 16 tile in 16-column panels, 8 zmm accumulators,
-ran 5.54 ms, the 8 x 48 tile with 24 that tuning had picked 6.97 ms, in one call)."""
+chains; more are not needed to cover the latency."""
 
 
 @RULES.register("multi-level-tiling")

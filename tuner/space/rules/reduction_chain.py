@@ -27,9 +27,8 @@ What is sampled (so sampling reaches what the mutators reach, and more):
 
   with F two or four vector registers of float32 (`rfactor_widths` x lanes),
   the reduction split by a `sample_perfect_tile` (mutated like any tile).
-  One register (F = 8 with AVX2) was measured 4x slower than no rfactor on
-  softmax 4096x1024: a single accumulator chain; LLVM vectorizes the plain
-  row reduction with four.
+  Not one register: that is a single accumulator chain, slower than the plain
+  row reduction, which LLVM vectorizes with four.
 
 Applies to reductions without data reuse and to the element-wise blocks that
 feed them; tiled reductions (matmul, conv) and their inputs are left to the
