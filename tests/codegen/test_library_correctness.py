@@ -8,7 +8,7 @@ import pytest
 from codegen.kernel import compile_program
 from ir.library import OPS
 from ir.task import library_task
-from tests.ir.param_sets import PARAM_SETS
+from tests.ir.library.param_sets import PARAM_SETS
 from workers.verify import empty_outputs, verify
 
 CASES = [(op, params) for op in OPS for params in PARAM_SETS[op]]
