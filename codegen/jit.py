@@ -107,8 +107,8 @@ def _feature_string(target: Target) -> str:
     CPU also the host's disabled ones.
 
     A CPU name implies features; a virtual machine can hide some of them
-    (AVX-512 on a Skylake-SP guest), so on the host's CPU name the features the
-    host lacks are switched off explicitly.
+    (AVX-512, say), so on the host's CPU name the features the host lacks are
+    switched off explicitly.
     """
     features = list(target.features)
     if target.cpu == host_cpu_name():

@@ -11,8 +11,7 @@ power-of-two number of registers that divides it; for an N wider than a
 register but not whole registers, the widest power of two below it (40 lanes:
 32, then a remainder of 8). LLVM never sees a vector that spans registers
 without filling them, such as `<48 x float>` or `<40 x float>`: it legalises
-those with shuffles and spills (dense 128x768->3072 with an 8 x 48 register
-tile ran 127 ms instead of 6; matmul 1000³ with a repaired 8 x 40 tile, 483 ms).
+those with shuffles and spills, which costs an order of magnitude or more.
 
 Vectorizing reorders work: every lane of an inner loop runs before the next
 iteration of that inner loop. The plan refuses (and codegen falls back to a

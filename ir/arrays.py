@@ -2,10 +2,9 @@
 
 numpy aligns a large array to 16 bytes only, so where a row of a tile starts
 within a cache line differs from one process to the next: an AVX-512 load of
-a 64-byte row then spans two lines. The dense 128x768->3072 kernel ran 6.2 ms
-on aligned buffers and 6.6 ms on buffers 16 or 32 bytes off, so a candidate's
-time depended on which worker process measured it. Aligned buffers make the
-measurement a property of the kernel.
+a 64-byte row then spans two lines, and a candidate's time would depend on
+which worker process measured it. Aligned buffers make the measurement a
+property of the kernel.
 """
 
 from __future__ import annotations
