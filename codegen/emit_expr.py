@@ -4,24 +4,28 @@ Scalar or `<W x T>` vector values (inside a vectorized loop, a value that varies
 across lanes is a vector, an invariant one a scalar widened where it meets a
 vector); loads are contiguous vector loads at unit stride, gathers otherwise;
 integer arithmetic on constants is folded here (unrolled loops bind their
-variables to constants). The statement half is :class:`codegen.emit.FunctionEmitter`.
+variables to constants). The statement half is :class:`codegen.emit.FunctionEmitter`;
+what both halves share (LLVM types, Scope, VectorLane, ModuleEmitter) lives here,
+so the emitter's modules import one way: emit -> mathfn -> emit_expr.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from llvmlite import ir as ll
 
-from codegen import mathfn
+from codegen.vector import VectorPlan, plan_vector_loop, vector_cap
 from ir import dtype as dt
 from ir.arith import linear_in
 from ir.errors import IRError, UnboundShapeError
 from ir.expr import Binary, Buffer, Call, Cast, Const, Expr, Load, Select, Var, render
 from ir.node import walk
+from ir.program import For
 
-if TYPE_CHECKING:
-    from codegen.emit import ModuleEmitter, Scope, VectorLane
+T = TypeVar("T")
 
 I1 = ll.IntType(1)
 I8 = ll.IntType(8)
@@ -55,6 +59,66 @@ def memory_type(dtype: str, lanes: int = 1) -> ll.Type:
     return llvm_type(dtype, lanes)
 
 
+@dataclass
+class Scope:
+    """What the code being emitted can see: loop variables and buffer pointers."""
+
+    vars: dict[Var, ll.Value] = field(default_factory=dict)
+    buffers: dict[str, ll.Value] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VectorLane:
+    """In a vectorized loop: `var` takes lanes base, base+1, ..., base+lanes-1."""
+
+    var: Var
+    lanes: int
+
+
+class ModuleEmitter:
+    """One LLVM module: the exported kernel function plus outlined parallel bodies."""
+
+    def __init__(self, symbol: str, *, num_threads: int = 1, vector_bits: int = 256) -> None:
+        self.symbol = symbol
+        self.module = ll.Module(name=symbol)
+        self.num_threads = num_threads
+        self.vector_bits = vector_bits
+        self._outlined = 0
+        self._memo: dict[tuple[object, ...], tuple[object, object]] = {}
+
+    def memo(self, key: tuple[object, ...], compute: Callable[[], T]) -> T:
+        """`compute()` once per key's node *objects*: an unrolled loop emits its body once per
+        iteration, the same nodes each time, and their analyses (vector legality, affine
+        forms) were most of the emitter's time. Keyed by identity, the nodes kept alive."""
+        ident = tuple(id(x) for x in key)
+        hit = self._memo.get(ident)
+        if hit is None:
+            hit = (key, compute())
+            self._memo[ident] = hit
+        return hit[1]  # type: ignore[return-value]
+
+    def vector_plan(self, loop: For) -> VectorPlan | None:
+        return self.memo(
+            ("vector", loop),
+            lambda: plan_vector_loop(loop, self.register_lanes, vector_cap(self.vector_bits)),
+        )
+
+    def declare(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing  # type: ignore[return-value]
+        return ll.Function(self.module, ll.FunctionType(ret, args), name=name)
+
+    def fresh_function_name(self, base: str) -> str:
+        self._outlined += 1
+        return f"{self.symbol}.{base}{self._outlined}"
+
+    @property
+    def register_lanes(self) -> int:
+        """32-bit lanes of one vector register."""
+        return max(1, self.vector_bits // 32)
+
+
 class ExpressionEmitter:
     """Emits expressions into the function a FunctionEmitter builds (its base class)."""
 
@@ -63,6 +127,10 @@ class ExpressionEmitter:
     scope: Scope
     builder: ll.IRBuilder
     vec: VectorLane | None
+
+    def math_call(self, fn: str, dtype: str, v: ll.Value) -> ll.Value:
+        """exp, log, sqrt or tanh of `v`; FunctionEmitter emits them (codegen/mathfn.py)."""
+        raise NotImplementedError
 
     def gep(self, buf: Buffer, index: ll.Value) -> ll.Value:
         """The address of element `index` of `buf` (in bounds, on its opaque pointer)."""
@@ -136,7 +204,7 @@ class ExpressionEmitter:
             return self._binary(e)
         if isinstance(e, Call):
             arg = self.expr(e.args[0])
-            return mathfn.call(self, e.fn, e.dtype, arg)
+            return self.math_call(e.fn, e.dtype, arg)
         if isinstance(e, Cast):
             return self._cast(self.expr(e.value), e.value.dtype, e.dtype)
         if isinstance(e, Select):
@@ -244,7 +312,7 @@ class ExpressionEmitter:
                 # the arithmetic: x86 then skips ordering -0 below +0 (a mask move and
                 # two blends per vector, half of a softmax row max's instructions).
                 ty = a.type
-                fn = self.m.declare(f"llvm.{op}imum.{mathfn.type_suffix(ty)}", ty, [ty, ty])
+                fn = self.m.declare(f"llvm.{op}imum.{type_suffix(ty)}", ty, [ty, ty])
                 return b.call(fn, [a, c], fastmath=("nsz",))
         else:
             signed = dt.is_signed(t)
@@ -298,7 +366,7 @@ class ExpressionEmitter:
             return b.fpext(v, tt) if dt.bits(dst) > dt.bits(src) else b.fptrunc(v, tt)
         if dt.is_float(src):
             sat = "llvm.fptosi.sat" if dt.is_signed(dst) else "llvm.fptoui.sat"
-            name = f"{sat}.{mathfn.type_suffix(tt)}.{mathfn.type_suffix(st)}"
+            name = f"{sat}.{type_suffix(tt)}.{type_suffix(st)}"
             return b.call(self.m.declare(name, tt, [st]), [v])
         if dt.is_float(dst):
             return b.sitofp(v, tt) if dt.is_signed(src) else b.uitofp(v, tt)
@@ -307,6 +375,19 @@ class ExpressionEmitter:
         if dt.bits(dst) < dt.bits(src):
             return b.trunc(v, tt)
         return v  # same width, different signedness: the bits are the value
+
+
+def type_suffix(t: ll.Type) -> str:
+    """LLVM's overload suffix: f32, f64, i32, v8f32, ..."""
+    if isinstance(t, ll.VectorType):
+        return f"v{t.count}{type_suffix(t.element)}"
+    if isinstance(t, ll.FloatType):
+        return "f32"
+    if isinstance(t, ll.DoubleType):
+        return "f64"
+    if isinstance(t, ll.IntType):
+        return f"i{t.width}"
+    raise TypeError(f"no overload suffix for {t}")
 
 
 def _is_constant(v: ll.Value) -> bool:

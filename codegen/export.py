@@ -185,7 +185,7 @@ _STDINT_MACRO = re.compile(
     r"|U?INTPTR_(?:MAX|MIN|WIDTH)|(?:PTRDIFF|SIZE|WCHAR|WINT|SIG_ATOMIC)_(?:MAX|MIN|WIDTH)"
 )
 
-# Functions generated code calls (codegen.emit, codegen.mathfn, codegen.parallel),
+# Functions generated code calls (codegen.emit, codegen.emit_expr, codegen.mathfn),
 # and `main`. A kernel exported under one of these names would replace the C
 # library's function for the whole program that links it.
 _LIBRARY_NAMES = frozenset(

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir as ll
 
+from codegen.emit_expr import type_suffix
+
 if TYPE_CHECKING:
-    from codegen.emit import FunctionEmitter
+    from codegen.emit_expr import ExpressionEmitter
 
 _EXP_P = (
     1.9875691500e-4,
@@ -41,26 +43,13 @@ _TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.8
 _CONTRACT = ("contract",)
 
 
-def type_suffix(t: ll.Type) -> str:
-    """LLVM's overload suffix: f32, f64, i32, v8f32, ..."""
-    if isinstance(t, ll.VectorType):
-        return f"v{t.count}{type_suffix(t.element)}"
-    if isinstance(t, ll.FloatType):
-        return "f32"
-    if isinstance(t, ll.DoubleType):
-        return "f64"
-    if isinstance(t, ll.IntType):
-        return f"i{t.width}"
-    raise TypeError(f"no overload suffix for {t}")
-
-
 def _const(t: ll.Type, value: float | int) -> ll.Constant:
     if isinstance(t, ll.VectorType):
         return ll.Constant(t, [value] * t.count)
     return ll.Constant(t, value)
 
 
-def call(f: FunctionEmitter, fn: str, dtype: str, x: ll.Value) -> ll.Value:
+def call(f: ExpressionEmitter, fn: str, dtype: str, x: ll.Value) -> ll.Value:
     t = x.type
     if dtype == "float32" and fn == "exp":
         return _exp_f32(f, x)
@@ -82,7 +71,7 @@ def call(f: FunctionEmitter, fn: str, dtype: str, x: ll.Value) -> ll.Value:
     return out
 
 
-def _poly(f: FunctionEmitter, x: ll.Value, coeffs: tuple[float, ...]) -> ll.Value:
+def _poly(f: ExpressionEmitter, x: ll.Value, coeffs: tuple[float, ...]) -> ll.Value:
     b = f.builder
     acc: ll.Value = _const(x.type, coeffs[0])
     for c in coeffs[1:]:
@@ -90,14 +79,14 @@ def _poly(f: FunctionEmitter, x: ll.Value, coeffs: tuple[float, ...]) -> ll.Valu
     return acc
 
 
-def _clamp(f: FunctionEmitter, x: ll.Value, lo: float, hi: float) -> ll.Value:
+def _clamp(f: ExpressionEmitter, x: ll.Value, lo: float, hi: float) -> ll.Value:
     b = f.builder
     t = x.type
     x = b.select(b.fcmp_ordered("<", x, _const(t, lo)), _const(t, lo), x)
     return b.select(b.fcmp_ordered(">", x, _const(t, hi)), _const(t, hi), x)
 
 
-def _exp_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:
+def _exp_f32(f: ExpressionEmitter, x0: ll.Value) -> ll.Value:
     b = f.builder
     t = x0.type
     lanes = t.count if isinstance(t, ll.VectorType) else 1
@@ -134,7 +123,7 @@ def _exp_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:
     )
 
 
-def _tanh_f32(f: FunctionEmitter, x0: ll.Value) -> ll.Value:
+def _tanh_f32(f: ExpressionEmitter, x0: ll.Value) -> ll.Value:
     b = f.builder
     x = _clamp(f, x0, -7.90531110763549805, 7.90531110763549805)
     x2 = b.fmul(x, x)
