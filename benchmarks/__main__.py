@@ -188,7 +188,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
     from benchmarks.tune.suite import EXTRAS
 
     if args.with_tvm:
-        from benchmarks import tvm_ref
+        from benchmarks.tune import tvm_ref
 
         try:
             tvm_ref.require_tvm()

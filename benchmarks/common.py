@@ -2,16 +2,16 @@
 
 A run writes its full result (JSON, and for the tuning benchmark a PNG) into
 ``benchmarks/results/`` (ignored by git) or ``--out``, and appends one compact
-line to the committed ``benchmarks/results.jsonl`` (`append_record`): the
+line to the committed ``benchmarks/results.jsonl`` (`benchmarks.record.append_record`): the
 record that ``python -m benchmarks report`` turns into ``docs/results.md``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,41 +92,6 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
-# -- result files and the record ---------------------------------------------------------
-
-
-def write_result(
-    result: dict[str, Any],
-    out_dir: Path,
-    started: _dt.datetime,
-    record: Path | None = None,
-) -> Path:
-    """``<suite>-<UTC timestamp>.json`` in `out_dir` (never overwrites an earlier run); with
-    `record`, the run's line is appended to it too (`append_record`)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{result['suite']}-{started.strftime('%Y%m%dT%H%M%SZ')}"
-    path = out_dir / f"{stem}.json"
-    n = 1
-    while path.exists():
-        path = out_dir / f"{stem}-{n}.json"
-        n += 1
-    path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    if record is not None:
-        append_record(result, record)
-    return path
-
-
-def append_record(result: dict[str, Any], record: Path) -> dict[str, Any]:
-    """Append the result's compact line (`benchmarks.record.line`) to `record`; the line."""
-    from benchmarks.record import dumps, line
-
-    entry = line(result)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    with record.open("a", encoding="utf-8") as f:
-        f.write(dumps(entry) + "\n")
-    return entry
-
-
 @dataclass(frozen=True)
 class BenchWorkload:
     """A library operator at one shape, as the throughput and cost-model suites name it."""
@@ -137,3 +102,52 @@ class BenchWorkload:
 
     def task(self) -> Task:
         return library_task(self.op, self.params)
+
+
+# -- tables ------------------------------------------------------------------------------
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def fmt_correct(row: dict[str, Any]) -> str:
+    return "yes" if row["correct"] else "**no**"
+
+
+# Marks a row timed while other processes used a noticeable share of the CPUs.
+CONTENDED_MARK = "†"
+
+
+def fmt_case(row: dict[str, Any]) -> str:
+    return row["case"] + (f" {CONTENDED_MARK}" if row.get("contended") else "")
+
+
+def markdown_table(table: Table) -> str:
+    headers, rows = table
+    numeric = [all(_is_number(row[i]) for row in rows) and bool(rows) for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |"]
+    lines.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def text_table(table: Table) -> str:
+    headers, rows = table
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    numeric = [all(_is_number(row[i]) for row in rows) and bool(rows) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric)
+        ).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.rstrip("×"))
+    except ValueError:
+        return cell == "–"
+    return True

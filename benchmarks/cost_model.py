@@ -573,7 +573,7 @@ def dataset_table(result: dict[str, Any]) -> Table:
 
 
 def _ms(value: float | None) -> str:
-    from benchmarks.report import fmt_ms
+    from benchmarks.common import fmt_ms
 
     return fmt_ms(value)
 

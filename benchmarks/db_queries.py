@@ -349,7 +349,7 @@ def query_row(
     }
 
 
-def _unreachable(url: str) -> str | None:
+def postgresql_unreachable(url: str) -> str | None:
     """None when PostgreSQL answers at `url`, else why not (one line)."""
     from sqlalchemy.exc import OperationalError
 
@@ -396,7 +396,7 @@ def run(
     where = make_url(database_url(config.postgres_url)).render_as_string(hide_password=True)
     schema = None
     server_cpu_s = None
-    unreachable = _unreachable(config.postgres_url)
+    unreachable = postgresql_unreachable(config.postgres_url)
     if unreachable is None:
         with postgres_schema(config.postgres_url) as (engine, schema):
             server_cpu = local_server_cpu(engine)

@@ -10,12 +10,15 @@ verdicts). Floats keep 4 significant digits, so a line stays well under a few KB
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 Row = dict[str, Any]
+Headline = Callable[[dict[str, Any]], dict[str, list[Row]]]
+"""A suite's headline figures: named lists of compact rows."""
 
 
 def dumps(entry: dict[str, Any]) -> str:
@@ -28,6 +31,38 @@ def load(path: Path) -> list[dict[str, Any]]:
         return []
     text = path.read_text(encoding="utf-8")
     return [json.loads(s) for s in text.splitlines() if s.strip()]
+
+
+def write_result(
+    result: dict[str, Any],
+    out_dir: Path,
+    started: _dt.datetime,
+    record: Path | None = None,
+) -> Path:
+    """``<suite>-<UTC timestamp>.json`` in `out_dir` (never overwrites an earlier run); with
+    `record`, the run's line is appended to it too (`append_record`)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{result['suite']}-{started.strftime('%Y%m%dT%H%M%SZ')}"
+    path = out_dir / f"{stem}.json"
+    n = 1
+    while path.exists():
+        path = out_dir / f"{stem}-{n}.json"
+        n += 1
+    path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if record is not None:
+        append_record(result, record)
+    return path
+
+
+def append_record(
+    result: dict[str, Any], record: Path, headline: Headline | None = None
+) -> dict[str, Any]:
+    """Append the result's compact line (`line`) to `record`; the line."""
+    entry = line(result, headline)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    with record.open("a", encoding="utf-8") as f:
+        f.write(dumps(entry) + "\n")
+    return entry
 
 
 def _r(value: Any) -> Any:
@@ -205,32 +240,7 @@ def _scheduler_replay(result: dict[str, Any]) -> dict[str, list[Row]]:
     }
 
 
-def _tune(result: dict[str, Any]) -> dict[str, list[Row]]:
-    from benchmarks.tune.report import extras_headline, goal_verdict
-
-    rows = []
-    for r in result["rows"]:
-        verdict = goal_verdict(r)
-        history = r.get("history_ms") or []
-        rows.append(
-            {
-                "workload": r["case"],
-                "trials": r.get("trials_done"),
-                "best_ms": history[-1] if history else None,
-                "final_ms": r.get("latency_ms"),
-                "x_numpy": r.get("ratio_numpy"),
-                "x_torch": r.get("ratio_torch"),
-                "x_tvm": r.get("ratio_tvm"),
-                "tune_s": r.get("tune_s"),
-                "goal": verdict[0] if verdict else None,
-                "met": verdict[2] if verdict else None,
-                "correct": r["correct"],
-            }
-        )
-    return {"rows": rows, "extras": extras_headline(result)}
-
-
-HEADLINES: dict[str, Callable[[dict[str, Any]], dict[str, list[Row]]]] = {
+HEADLINES: dict[str, Headline] = {
     "timed": _timed,
     "compile": _compile,
     "db": _db,
@@ -238,12 +248,16 @@ HEADLINES: dict[str, Callable[[dict[str, Any]], dict[str, list[Row]]]] = {
     "cost_model": _cost_model,
     "service": _service,
     "scheduler_replay": _scheduler_replay,
-    "tune": _tune,
 }
 
 
-def line(result: dict[str, Any]) -> dict[str, Any]:
-    """The compact record of one full result."""
+def line(result: dict[str, Any], headline: Headline | None = None) -> dict[str, Any]:
+    """The compact record of one full result; `headline` gives its figures (default: the
+    one of its kind here; the tuning benchmark passes its own, `benchmarks.tune.report`)."""
+    if headline is None:
+        if result["kind"] not in HEADLINES:
+            raise KeyError(f"no headline figures for a {result['kind']!r} result; pass `headline`")
+        headline = HEADLINES[result["kind"]]
     entry: dict[str, Any] = {
         "suite": result["suite"],
         "kind": result["kind"],
@@ -256,7 +270,7 @@ def line(result: dict[str, Any]) -> dict[str, Any]:
         "machine": machine(result),
         "versions": versions(result),
     }
-    for name, rows in HEADLINES[result["kind"]](result).items():
+    for name, rows in headline(result).items():
         if rows:
             entry[name] = rows
     return _r(entry)

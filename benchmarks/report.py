@@ -4,31 +4,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.common import fmt_ms, fmt_ratio
+from benchmarks.common import (
+    CONTENDED_MARK,
+    Table,
+    fmt_case,
+    fmt_correct,
+    fmt_ms,
+    fmt_ratio,
+    markdown_table,
+    text_table,
+)
 
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
 HEADING = "## Results"
 
-Table = tuple[list[str], list[list[str]]]
-
 
 # -- numbers ---------------------------------------------------------------------------
-
-
-def fmt_correct(row: dict[str, Any]) -> str:
-    return "yes" if row["correct"] else "**no**"
-
-
-# Marks a row timed while other processes used a noticeable share of the CPUs.
-CONTENDED_MARK = "†"
-
-
-def fmt_case(row: dict[str, Any]) -> str:
-    return row["case"] + (f" {CONTENDED_MARK}" if row.get("contended") else "")
 
 
 def contention_note(result: dict[str, Any]) -> str | None:
@@ -230,38 +224,6 @@ def tables(result: dict[str, Any]) -> list[tuple[str | None, Table, str | None]]
         caption = "Threads, timed interleaved with each other in the same run:"
         out.append((caption, scaling_table(result), None))
     return out
-
-
-def markdown_table(table: Table) -> str:
-    headers, rows = table
-    numeric = [all(_is_number(row[i]) for row in rows) and bool(rows) for i in range(len(headers))]
-    lines = ["| " + " | ".join(headers) + " |"]
-    lines.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def text_table(table: Table) -> str:
-    headers, rows = table
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
-    numeric = [all(_is_number(row[i]) for row in rows) and bool(rows) for i in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric)
-        ).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        float(cell.rstrip("×"))
-    except ValueError:
-        return cell == "–"
-    return True
 
 
 # -- what a markdown section says about a run --------------------------------------------------

@@ -233,7 +233,7 @@ def report_tables(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmarks import common, report
+    from benchmarks import common, record
 
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.scheduler_replay", description=__doc__.splitlines()[0]
@@ -257,10 +257,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"no full tune run with all {len(result['weights'])} suite workloads in {args.results}"
         )
         return 1
-    path = common.write_result(
+    path = record.write_result(
         result, args.out or args.results, common.utc_now(), args.record or common.RECORD
     )
-    print(report.text_report(result))
+    print(f"{result['suite']}: {result['description']}")
+    for caption, table, note in report_tables(result, None):
+        print("\n" + "\n".join(part for part in (caption, common.text_table(table), note) if part))
     print(f"wrote {path}")
     return 0
 

@@ -52,7 +52,6 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -63,9 +62,9 @@ from benchmarks.cluster import Proc, base_env, loomtune, tree_cpu
 from benchmarks.db_queries import (
     PG_DEFAULT,
     Meter,
-    _unreachable,
     local_server_cpu,
     postgres_schema,
+    postgresql_unreachable,
     unmetered,
 )
 
@@ -77,12 +76,7 @@ LEASE_P95_LIMIT_MS = 100.0
 SWEEP = (1, 2, 4, 8, 16, 32, 64)
 BATCH = 8
 """Candidates per lease call (and results per post) of a simulated worker."""
-SIM_TARGET = "llvm -mcpu=znver3 -mattr=+avx,+avx2,+fma -num-threads=1"
-"""The simulated workers' target: any CPU will do, nothing is compiled."""
-MEASURE_WORKLOAD = ("matmul", {"m": 64, "n": 64, "k": 64})
 MEASURE_TRIALS = 64
-ADMIN = "lt_bench-admin-" + uuid.uuid4().hex
-RUNNER = "bench"
 
 
 @dataclass(frozen=True)
@@ -213,6 +207,7 @@ def embedded_row(
     config: ServiceBenchConfig, meter: Meter, log: Callable[[str], None]
 ) -> dict[str, Any]:
     """Part 3a: `tune_task` with the local pool and a SQLite file."""
+    from benchmarks.service_fleet import MEASURE_WORKLOAD
     from ir.task import library_task
     from service.db.store import open_database
     from service.tuning import tune_task
@@ -277,7 +272,7 @@ def cluster_row(
     config: ServiceBenchConfig, meter: Meter, log: Callable[[str], None]
 ) -> dict[str, Any]:
     """Part 3b: `loomtune serve` + two `loomtune worker --cores C`, the job over HTTP."""
-    from benchmarks.service_fleet import Coordinator, pg_url
+    from benchmarks.service_fleet import MEASURE_WORKLOAD, Coordinator, pg_url
     from service.client import Client
 
     assert config.measure_trials is not None
@@ -401,7 +396,7 @@ def run(
         "helper_cpu_s": 0.0,
     }
     rows: list[dict[str, Any]] = []
-    unreachable = _unreachable(config.postgres_url)
+    unreachable = postgresql_unreachable(config.postgres_url)
     if unreachable:
         log(f"  PostgreSQL unreachable: {unreachable}")
         rows.append(

@@ -15,7 +15,13 @@ from datetime import timedelta
 from typing import Any
 
 from benchmarks.cluster import ROOT, Proc, base_env, free_port, loomtune
-from benchmarks.service_bench import ADMIN, MEASURE_WORKLOAD, RUNNER, SIM_TARGET
+
+SIM_TARGET = "llvm -mcpu=znver3 -mattr=+avx,+avx2,+fma -num-threads=1"
+"""The simulated workers' target: any CPU will do, nothing is compiled."""
+ADMIN = "lt_bench-admin-" + uuid.uuid4().hex
+RUNNER = "bench"
+MEASURE_WORKLOAD = ("matmul", {"m": 64, "n": 64, "k": 64})
+"""The workload the real workers tune (and the simulated ones pretend to measure)."""
 
 # -- processes -------------------------------------------------------------------------
 

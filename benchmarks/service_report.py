@@ -8,10 +8,10 @@ from benchmarks.service_bench import (
     BATCH,
     GOAL_RESULTS_PER_S,
     LEASE_P95_LIMIT_MS,
-    MEASURE_WORKLOAD,
     THROUGHPUT_WORKERS,
     summary,
 )
+from benchmarks.service_fleet import MEASURE_WORKLOAD
 
 # -- report ------------------------------------------------------------------------------
 

@@ -430,7 +430,7 @@ def _f(value: float | None, digits: int = 1) -> str:
 
 
 def _case(row: dict[str, Any]) -> str:
-    from benchmarks.report import fmt_case
+    from benchmarks.common import fmt_case
 
     return fmt_case(row)
 
@@ -562,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny workloads, a few candidates")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    from benchmarks.report import text_table
+    from benchmarks.common import text_table
 
     rows, extra = run(args.quick, args.seed, log=lambda m: print(m, file=sys.stderr, flush=True))
     result = {"rows": rows, **extra}

@@ -25,7 +25,7 @@ ROUND_PAUSE_S = 5.0
 of seconds slow a whole interleaved call unevenly, and one phase then costs a third of the samples."""
 
 
-# Builds TVM's best kernel on the given inputs (benchmarks.tvm_ref.best_kernel with the
+# Builds TVM's best kernel on the given inputs (benchmarks.tune.tvm_ref.best_kernel with the
 # workload bound); None when TVM has no correct record to compile.
 TVMFactory = Callable[[Sequence[np.ndarray], Sequence[tuple[tuple[int, ...], Any]]], Any]
 
@@ -124,7 +124,7 @@ class Context:
 def final_comparison(
     ctx: Context, task: Task, kernel: Kernel | None, tvm: TVMFactory | None = None
 ) -> dict[str, Any]:
-    from benchmarks import harness
+    from benchmarks import contention
 
     if kernel is None:
         return {
@@ -144,17 +144,17 @@ def final_comparison(
             ),
         }
     if ctx.quiet_wait_s > 0:
-        harness.wait_until_quiet(ctx.quiet_wait_s)
-    before = harness.cpu_snapshot()
+        contention.wait_until_quiet(ctx.quiet_wait_s)
+    before = contention.cpu_snapshot()
     out = compare(kernel, task, ctx.measure, ctx.seed, ctx.with_torch, tvm, ctx.round_pause_s)
-    load = harness.others_load(before, harness.cpu_snapshot())
+    load = contention.others_load(before, contention.cpu_snapshot())
     out.setdefault("latency_ms", None)
     out.setdefault("numpy_ms", None)
     out.setdefault("torch_ms", None)
     out.setdefault("ratio_numpy", None)
     out.setdefault("ratio_torch", None)
     out["others_load"] = load
-    out["contended"] = harness.is_contended(load)
+    out["contended"] = contention.is_contended(load)
     if out["correct"]:
         torch_text = f", torch {out['torch_ms']:.3f} ms" if out["torch_ms"] else ""
         if tvm is not None:
@@ -221,7 +221,7 @@ def time_kernels(
 ) -> dict[str, Any] | None:
     """Verify the kernels, then time them and numpy interleaved in one call (pooled rounds):
     `{name}_ms` per kernel and `numpy_ms`. None when one is missing or wrong."""
-    from benchmarks import harness
+    from benchmarks import contention
 
     inputs = task.make_inputs(ctx.seed)
     with limit_numpy_threads(1):
@@ -237,19 +237,19 @@ def time_kernels(
         fns.append(kernel.bind_call(*inputs, *outputs))
     fns.append(lambda: task.reference(inputs))
     if ctx.quiet_wait_s > 0:
-        harness.wait_until_quiet(ctx.quiet_wait_s)
-    before = harness.cpu_snapshot()
+        contention.wait_until_quiet(ctx.quiet_wait_s)
+    before = contention.cpu_snapshot()
     with limit_numpy_threads(1):
         timings = time_interleaved(
             fns, ctx.measure, rounds=FINAL_ROUNDS, round_pause_s=ctx.round_pause_s
         )
-    load = harness.others_load(before, harness.cpu_snapshot())
+    load = contention.others_load(before, contention.cpu_snapshot())
     out: dict[str, Any] = {f"{name}_ms": t.median_ms for name, t in zip(kernels, timings)}
     out["numpy_ms"] = timings[-1].median_ms
     ctx.log("    head to head: " + ", ".join(f"{k} {v:.3f}" for k, v in out.items()))
-    out["contended"] = harness.is_contended(load)
+    out["contended"] = contention.is_contended(load)
     return out
 
 
-def _median_or_none(values: Sequence[float | None]) -> float | None:
+def median_or_none(values: Sequence[float | None]) -> float | None:
     return None if not values or any(v is None for v in values) else statistics.median(values)  # type: ignore[type-var]

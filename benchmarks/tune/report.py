@@ -382,3 +382,27 @@ def extras_headline(result: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def headline(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The tuning benchmark's figures in the results record (`benchmarks.record.line`)."""
+    rows = []
+    for r in result["rows"]:
+        verdict = goal_verdict(r)
+        history = r.get("history_ms") or []
+        rows.append(
+            {
+                "workload": r["case"],
+                "trials": r.get("trials_done"),
+                "best_ms": history[-1] if history else None,
+                "final_ms": r.get("latency_ms"),
+                "x_numpy": r.get("ratio_numpy"),
+                "x_torch": r.get("ratio_torch"),
+                "x_tvm": r.get("ratio_tvm"),
+                "tune_s": r.get("tune_s"),
+                "goal": verdict[0] if verdict else None,
+                "met": verdict[2] if verdict else None,
+                "correct": r["correct"],
+            }
+        )
+    return {"rows": rows, "extras": extras_headline(result)}

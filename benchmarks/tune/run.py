@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import roofline
-from benchmarks.common import FORMAT, append_record, shown_path, utc_now, utc_text, write_result
+from benchmarks.common import FORMAT, shown_path, utc_now, utc_text
+from benchmarks.record import append_record, write_result
 from benchmarks.tune.compare import FINAL_ROUNDS, ROUND_PAUSE_S, Context
 from benchmarks.tune.extras.evo_replay import evo_replay_all, evo_replay_entries
 from benchmarks.tune.extras.reuse import reuse
 from benchmarks.tune.extras.scheduler import SCHEDULER_ARMS, scheduler
 from benchmarks.tune.plot import plot
+from benchmarks.tune.report import headline
 from benchmarks.tune.suite import EXTRAS, REUSE_FROM, checkpoints, select
 from benchmarks.tune.torch_ref import torch_version
 from benchmarks.tune.tuning import tune_one
@@ -51,7 +53,7 @@ def run(
     Without `main` the workloads are not tuned one by one (no rows): only the
     extras that need no main run (``scheduler``) run. With `with_tvm`, TVM
     MetaSchedule tunes each workload first (or its cached records are used,
-    ``benchmarks.tvm_ref``) and its best kernel joins the final timing.
+    ``benchmarks.tune.tvm_ref``) and its best kernel joins the final timing.
     """
     workloads = select(quick=quick, only=only)
     measure = (
@@ -83,7 +85,7 @@ def run(
         "not_done": [e for e in EXTRAS if e not in extras],
     }
     if with_tvm and main:
-        from benchmarks import tvm_ref
+        from benchmarks.tune import tvm_ref
 
         extra["tvm"] = {
             "versions": tvm_ref.require_tvm(),
@@ -157,15 +159,15 @@ def run_and_write(
     run's line to `record` when given; (result, path)."""
     import dataclasses
 
-    from benchmarks import harness
+    from benchmarks import contention
     from workers.machine import machine_info
 
     started = utc_now()
     wall = time.perf_counter()
     peak = roofline.fma_peak_gflops()
-    before = harness.cpu_snapshot()
+    before = contention.cpu_snapshot()
     rows, extra = run(log=log, **kwargs)
-    after = harness.cpu_snapshot()
+    after = contention.cpu_snapshot()
     helped = sum(
         (r.get("pool_cpu_s") or 0.0) + (r.get("search_cpu_s") or 0.0)
         for r in _all_rows(rows, extra["tune"])
@@ -198,8 +200,8 @@ def run_and_write(
         "environment": environment or {},
         "measure": extra["tune"]["measure_final"],
         "quiet_wait_s": kwargs.get("quiet_wait_s", 0.0),
-        "contended_threshold": harness.CONTENDED,
-        "others_load": harness.others_load(before, after),
+        "contended_threshold": contention.CONTENDED,
+        "others_load": contention.others_load(before, after),
         "first_compile_ms": None,
         "rows": rows,
         "scaling": [],
@@ -212,7 +214,7 @@ def run_and_write(
         result["tune"]["plot"] = png.name
         path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if record is not None:
-        append_record(result, record)
+        append_record(result, record, headline)
     return result, path
 
 

@@ -12,11 +12,11 @@ from benchmarks.tune.suite import checkpoints
 from ir.task import Task
 
 
-def _pool_cpu(pool: Any) -> float:
+def pool_cpu(pool: Any) -> float:
     return sum(process_cpu_s(getattr(p, "pid", None)) for p in pool.processes)
 
 
-def _search_cpu() -> float:
+def search_cpu() -> float:
     """CPU seconds of the evolutionary search's helper processes (`tuner.search.pool`) so far."""
     from tuner.search.pool import helper_pids
 
@@ -36,7 +36,7 @@ def tune_one(
     tvm: TVMFactory | None = None,
 ) -> dict[str, Any]:
     """Tune `task` in the database `db_file`; the row (curve, times, final comparison)."""
-    from benchmarks import harness
+    from benchmarks import contention
     from service.db.store import open_database
     from service.tuning import tune_task
     from workers.pool import LocalPool
@@ -60,9 +60,9 @@ def tune_one(
             best_at[str(trial.index)] = best_now.to_json() if best_now is not None else None
 
     if ctx.quiet_wait_s > 0:
-        harness.wait_until_quiet(ctx.quiet_wait_s)
-    search_before = _search_cpu()
-    before = harness.cpu_snapshot()
+        contention.wait_until_quiet(ctx.quiet_wait_s)
+    search_before = search_cpu()
+    before = contention.cpu_snapshot()
     helped = searched = 0.0
     try:
         start = time.perf_counter()
@@ -78,16 +78,16 @@ def tune_one(
             compare=False,
         )
         tune_s = time.perf_counter() - start
-        helped = _pool_cpu(pool)
-        searched = max(0.0, _search_cpu() - search_before)
+        helped = pool_cpu(pool)
+        searched = max(0.0, search_cpu() - search_before)
     finally:
         pool.close()
     for m in marks - {int(k) for k in best_at}:  # the run ended sooner: its last best stands
         best_at[str(m)] = best_now.to_json() if best_now is not None else None
-    after = harness.cpu_snapshot()
+    after = contention.cpu_snapshot()
     if after is not None:
-        after = _add_own(after, helped + searched)
-    load = harness.others_load(before, after)
+        after = add_own(after, helped + searched)
+    load = contention.others_load(before, after)
     run = outcome.run
     history = list(run.history)
     best_trace = outcome.best_trace
@@ -126,7 +126,7 @@ def tune_one(
         "pool_cpu_s": helped,
         "search_cpu_s": searched,
         "tuning_others_load": load,
-        "tuning_contended": harness.is_contended(load),
+        "tuning_contended": contention.is_contended(load),
     }
     ctx.log(
         f"  {label}: {run.trials_done} trials in {tune_s:.1f} s "
@@ -138,7 +138,7 @@ def tune_one(
     return row
 
 
-def _add_own(snapshot: Any, seconds: float) -> Any:
+def add_own(snapshot: Any, seconds: float) -> Any:
     import dataclasses
 
     return dataclasses.replace(snapshot, own=snapshot.own + seconds)

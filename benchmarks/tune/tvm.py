@@ -1,4 +1,4 @@
-"""TVM MetaSchedule beside loomtune: its tuning (cached, `benchmarks.tvm_ref`), its row and goal, its table."""
+"""TVM MetaSchedule beside loomtune: its tuning (cached, `benchmarks.tune.tvm_ref`), its row and goal, its table."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def tvm_reference(
     """TVM's tuning of `w` (now, or its cached run) and a factory of its best kernel."""
     import functools
 
-    from benchmarks import tvm_ref
+    from benchmarks.tune import tvm_ref
 
     log(f"TVM MetaSchedule on {w.name} ({trials} trials)")
     meta, folder = tvm_ref.tune_cached(
@@ -155,7 +155,7 @@ def tvm_note(result: dict[str, Any]) -> str:
     cached = [r["case"] for r in rows if r["tvm"]["cached"]]
     parts = [
         f"TVM MetaSchedule (apache-tvm {v.get('apache-tvm')}, tvm-ffi {v.get('apache-tvm-ffi')}) on the same "
-        f"workloads (same shapes, layouts and float32; TE definitions in `benchmarks/tvm_ref.py`), "
+        f"workloads (same shapes, layouts and float32; TE definitions in `benchmarks/tune/tvm_ref.py`), "
         f"{result['tune']['trials']} trials each, `tune_tir` with its defaults (evolutionary search, XGBoost, "
         "64 candidates per round, local builder and runner: number 3, repeat 1, min_repeat_ms 100) but a "
         "build function without the tensor-intrinsics import; target "

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import tvm_ref
 from benchmarks.__main__ import main
 from benchmarks.report import markdown_table, text_table
 from benchmarks.tune import compare as tune_compare
 from benchmarks.tune import plot as tune_plot
 from benchmarks.tune import report as tune_report
 from benchmarks.tune import tvm as tune_tvm
+from benchmarks.tune import tvm_ref
 from codegen.kernel import compile_program
 from ir.task import library_task
 from workers.timing import MeasureConfig

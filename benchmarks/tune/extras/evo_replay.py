@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.common import fmt
-from benchmarks.tune.compare import Context, _median_or_none, duel_at
+from benchmarks.tune.compare import Context, duel_at, median_or_none
 from benchmarks.tune.suite import SUITE, SuiteWorkload, checkpoints
 from benchmarks.tune.tuning import tune_one
 
@@ -111,7 +111,7 @@ def evo_vs_replay(
             )
             duels.append(duel_at(ctx, task, {"evolutionary": evo, "replay": p["replay"]}, n))
         ratios = [_duel_ratio(d) for d in duels]
-        ratio = _median_or_none(ratios)
+        ratio = median_or_none(ratios)
         by_checkpoint[str(n)].update(
             head_to_head=duels,
             replay_over_evolutionary_by_seed=ratios,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.tune.compare import Context, _median_or_none, head_to_head
+from benchmarks.tune.compare import Context, head_to_head, median_or_none
 from benchmarks.tune.suite import REUSE_TO
 from benchmarks.tune.tuning import tune_one
 from ir.task import library_task
@@ -57,9 +57,9 @@ def reuse(
         duels.append(head_to_head(ctx, task, {"warm": warm, "cold": cold}))
     warm_by_seed = [w["history_ms"][-1] if w["history_ms"] else None for w, _ in runs]
     cold_by_seed = [c["history_ms"][-1] if c["history_ms"] else None for _, c in runs]
-    w, c = _median_or_none(warm_by_seed), _median_or_none(cold_by_seed)
+    w, c = median_or_none(warm_by_seed), median_or_none(cold_by_seed)
     ratios = [d["cold_ms"] / d["warm_ms"] if d else None for d in duels]
-    ratio = _median_or_none(ratios)
+    ratio = median_or_none(ratios)
     return {
         "warm_trials": warm_trials,
         "cold_trials": cold_trials,

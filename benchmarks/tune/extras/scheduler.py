@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.common import fmt
-from benchmarks.tune.compare import Context, _median_or_none, time_kernels
+from benchmarks.tune.compare import Context, median_or_none, time_kernels
 from benchmarks.tune.suite import SuiteWorkload
-from benchmarks.tune.tuning import _add_own, _pool_cpu, _search_cpu
+from benchmarks.tune.tuning import add_own, pool_cpu, search_cpu
 from codegen.kernel import Kernel
 from ir.task import Task
 
@@ -70,7 +70,7 @@ def scheduler(
     two runs does not decide the verdict. With several seeds the verdict
     compares the medians of the weighted totals.
     """
-    from benchmarks import harness
+    from benchmarks import contention
     from workers.pool import LocalPool
 
     tasks = [(w.task(), float(w.weight)) for w in workloads]
@@ -89,18 +89,18 @@ def scheduler(
         for arm in SCHEDULER_ARMS:
             pool = LocalPool(threads=1)
             if ctx.quiet_wait_s > 0:
-                harness.wait_until_quiet(ctx.quiet_wait_s)
-            search_before = _search_cpu()
-            before = harness.cpu_snapshot()
+                contention.wait_until_quiet(ctx.quiet_wait_s)
+            search_before = search_cpu()
+            before = contention.cpu_snapshot()
             start = time.perf_counter()
             try:
                 outcomes = _tune_arm(arm, ctx, tasks, per_task, seed, pool)
                 seconds = time.perf_counter() - start
-                helped = _pool_cpu(pool) + max(0.0, _search_cpu() - search_before)
+                helped = pool_cpu(pool) + max(0.0, search_cpu() - search_before)
             finally:
                 pool.close()
-            after = harness.cpu_snapshot()
-            load = harness.others_load(before, _add_own(after, helped) if after else None)
+            after = contention.cpu_snapshot()
+            load = contention.others_load(before, add_own(after, helped) if after else None)
             kernels[arm] = [o.kernel for o in outcomes]
             runs[arm].append(
                 {
@@ -112,7 +112,7 @@ def scheduler(
                     ],
                     "pool_cpu_s": helped,
                     "others_load": load,
-                    "contended": harness.is_contended(load),
+                    "contended": contention.is_contended(load),
                 }
             )
             ctx.log(f"  scheduler {arm}, seed {seed}: tuned in {seconds:.0f} s")
@@ -141,7 +141,7 @@ def scheduler(
         out[arm] = per_seed[0]  # the first seed's run in full (trials per task, times)
         out[f"{arm}_weighted_by_seed"] = [r["weighted_latency_ms"] for r in per_seed]
         out[f"{arm}_runs"] = per_seed
-        out[f"{arm}_weighted_ms"] = _median_or_none(out[f"{arm}_weighted_by_seed"])
+        out[f"{arm}_weighted_ms"] = median_or_none(out[f"{arm}_weighted_by_seed"])
     g, base = out["gradient_weighted_ms"], out["independent_weighted_ms"]
     out["met"] = None if g is None or base is None else g < base
     return out

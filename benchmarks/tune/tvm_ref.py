@@ -4,7 +4,7 @@
 returns the TVM row (tuning time, best-so-far curve) and a callable running
 TVM's best kernel, which the benchmark verifies against numpy and times in the
 same ``time_interleaved`` call as loomtune's kernel, numpy and PyTorch.
-``python -m benchmarks.tvm_ref --trials 256`` fills the cache ahead of time.
+``python -m benchmarks.tune.tvm_ref --trials 256`` fills the cache ahead of time.
 
 How TVM is run (TVM 0.27, ``tvm.s_tir.meta_schedule``):
 
@@ -24,7 +24,7 @@ How TVM is run (TVM 0.27, ``tvm.s_tir.meta_schedule``):
   takes about 31 s on these machines, past the builder's 30 s timeout, so
   every candidate failed; the import is not needed for CPU schedules without
   tensorisation;
-- the tuning runs in a child process (``python -m benchmarks.tvm_ref
+- the tuning runs in a child process (``python -m benchmarks.tune.tvm_ref
   tune-one``) under a wall-clock limit; each measured batch is appended to
   ``trials.jsonl`` in the work folder (wall time, run time or error per
   candidate, in measurement order), which gives the best-so-far curve;
@@ -370,10 +370,10 @@ def _tune_in_child(
 ) -> tuple[str, float, float, float, dict[str, float] | None]:
     """Run TVM's tuning child (killed at the time limit); (stop reason, the kill's Unix time,
     wall seconds, the child's CPU seconds, other processes' load meanwhile)."""
-    from benchmarks import harness
+    from benchmarks import contention
 
     before = os.times()
-    snapshot = harness.cpu_snapshot()
+    snapshot = contention.cpu_snapshot()
     start = time.perf_counter()
     with (partial / "tune.log").open("w", encoding="utf-8") as out:
         child = subprocess.Popen(
@@ -392,17 +392,17 @@ def _tune_in_child(
     child_cpu_s = (after.children_user + after.children_system) - (
         before.children_user + before.children_system
     )
-    end_snapshot = harness.cpu_snapshot()
+    end_snapshot = contention.cpu_snapshot()
     if end_snapshot is not None:  # the child's CPU time is ours, not other processes'
         end_snapshot = dataclasses.replace(end_snapshot, own=end_snapshot.own + child_cpu_s)
-    load = harness.others_load(snapshot, end_snapshot)
+    load = contention.others_load(snapshot, end_snapshot)
     return stop, killed_unix, wall_s, child_cpu_s, load
 
 
 def _is_contended(load: dict[str, float] | None) -> bool:
-    from benchmarks import harness
+    from benchmarks import contention
 
-    return harness.is_contended(load)
+    return contention.is_contended(load)
 
 
 def tune_cached(
@@ -448,7 +448,7 @@ def tune_cached(
     command = [
         sys.executable,
         "-m",
-        "benchmarks.tvm_ref",
+        "benchmarks.tune.tvm_ref",
         "tune-one",
         "--op",
         op,
@@ -583,7 +583,7 @@ def finite(value: float | None) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.tvm_ref", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks.tune.tvm_ref", description=__doc__.splitlines()[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
     one = sub.add_parser("tune-one", help="(internal) tune one workload into a work folder")
