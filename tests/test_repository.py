@@ -52,3 +52,34 @@ def test_readme_configuration_lists_every_environment_variable() -> None:
     configuration = _section((ROOT / "README.md").read_text(), "Configuration")
     missing = sorted(n for n in names if f"`{n}`" not in configuration)
     assert not missing, f"README's Configuration section does not list {missing}"
+
+
+MAX_MODULE_LINES = 650
+MAX_FUNCTION_LINES = 120
+
+
+def _python_files() -> list[Path]:
+    folders = (*_CODE_FOLDERS, "tests", "benchmarks", "examples")
+    return sorted(
+        p for f in folders for p in (ROOT / f).rglob("*.py") if "migrations" not in p.parts
+    )
+
+
+def test_modules_and_functions_stay_small_enough_to_keep_in_mind() -> None:
+    import ast
+
+    too_long: list[str] = []
+    for path in _python_files():
+        text = path.read_text()
+        name = path.relative_to(ROOT)
+        if (n := len(text.splitlines())) > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {n} lines (at most {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    too_long.append(
+                        f"{name}:{node.lineno} {node.name}: {n} lines (at most {MAX_FUNCTION_LINES})"
+                    )
+    assert len(_python_files()) > 200  # the walk itself works
+    assert not too_long, "split these:\n" + "\n".join(too_long)
