@@ -83,7 +83,7 @@ def host_cpu(result: dict[str, Any]) -> str | None:
     for part in (result.get("target") or "").split():
         if part.startswith("-mcpu="):
             return part.removeprefix("-mcpu=")
-    return result.get("host_cpu")
+    return None
 
 
 def machine(result: dict[str, Any]) -> dict[str, Any]:

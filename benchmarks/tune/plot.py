@@ -23,9 +23,7 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
     evo_entries = evo_replay_entries(ex)
     replay_of = {e["workload"]: e for e in evo_entries}
     # A panel of each seed's curves per workload, where there are several or no main run.
-    seed_panels = [
-        e for e in evo_entries if e.get("per_seed") and (len(e["per_seed"]) > 1 or not rows)
-    ]
+    seed_panels = [e for e in evo_entries if len(e["per_seed"]) > 1 or not rows]
     panels = len(rows) + (1 if "reuse" in ex else 0) + len(seed_panels)
     if not panels:
         return None
@@ -67,7 +65,7 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
                 ax.plot(
                     [row["tvm"]["trials_done"]], [row["tvm_ms"]], "s", label="TVM final, re-timed"
                 )
-        if row["case"] in replay_of and replay_of[row["case"]].get("replay"):
+        if row["case"] in replay_of:
             curve(ax, replay_of[row["case"]]["replay"], "loomtune replay", "--")
         for name, key, style in (("numpy", "numpy_ms", ":"), ("PyTorch", "torch_ms", "-.")):
             if row.get(key):
@@ -91,7 +89,7 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
         ax = flat[len(rows) + (1 if "reuse" in ex else 0) + j]
         for i, p in enumerate(e["per_seed"]):
             color = f"C{i}"
-            evo = p.get("evolutionary")
+            evo = p["evolutionary"]
             if evo is None:  # the main run's curve, cut at the budget
                 main = next((r for r in rows if r["case"] == e["workload"]), None)
                 evo = {"history_ms": main["history_ms"][: e["trials"]]} if main else None

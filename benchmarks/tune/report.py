@@ -82,9 +82,8 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "numpy ms",
         "× numpy",
     ]
-    peak = result.get("peak_gflops")
-    if peak:
-        headers += ["% of peak"]
+    peak = result["peak_gflops"]
+    headers += ["% of peak"]
     if tune.get("torch"):
         headers += ["torch ms", "× torch"]
     if tune.get("tvm"):
@@ -102,9 +101,8 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             fmt(r["numpy_ms"]),
             fmt(r["ratio_numpy"]),
         ]
-        if peak:
-            fraction = roofline.peak_fraction(r.get("gflops"), peak)
-            cells.append("–" if fraction is None else f"{fraction:.0%}")
+        fraction = roofline.peak_fraction(r.get("gflops"), peak)
+        cells.append("–" if fraction is None else f"{fraction:.0%}")
         if tune.get("torch"):
             cells += [fmt(r["torch_ms"]), fmt(r["ratio_torch"])]
         if tune.get("tvm"):
@@ -122,40 +120,21 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
     ex = result["tune"].get("extras") or {}
     rows = []
-    rows += evo_replay_rows(ex, result["seed"])
+    rows += evo_replay_rows(ex)
     if "reuse" in ex:
         e = ex["reuse"]
-        seeds = e.get("seeds") or [result["seed"]]
-        if e.get("verdict_on") == "head_to_head":
-            duels = ", ".join(
-                f"{fmt(d['warm_ms'])} vs {fmt(d['cold_ms'])}" if d else "no kernel"
-                for d in e["head_to_head"]
-            )
-            per_seed = ", ".join(
-                f"{fmt(w)} vs {fmt(c)}" for w, c in zip(e["warm_by_seed"], e["cold_by_seed"])
-            )
-            shown = (
-                f"head to head (both best kernels timed in one call), median cold/warm over {len(seeds)} "
-                f"seed(s): {fmt(e['cold_over_warm'])} (per seed, ms: {duels}); best while tuning, "
-                f"median: {fmt(e['warm_best_ms'])} vs {fmt(e['cold_best_ms'])} ms (per seed: {per_seed})"
-            )
-        elif len(seeds) > 1:
-            per_seed = ", ".join(
-                f"{fmt(w)} vs {fmt(c)}" for w, c in zip(e["warm_by_seed"], e["cold_by_seed"])
-            )
-            finals = ", ".join(
-                f"{fmt(w)} vs {fmt(c)}"
-                for w, c in zip(e["warm_final_by_seed"], e["cold_final_by_seed"])
-            )
-            shown = (
-                f"median of {len(seeds)} seeds: {fmt(e['warm_best_ms'])} ms vs {fmt(e['cold_best_ms'])} ms "
-                f"(per seed: {per_seed}; re-timed finals: {finals})"
-            )
-        else:
-            shown = (
-                f"{fmt(e['warm_best_ms'])} ms vs {fmt(e['cold_best_ms'])} ms "
-                f"(final: {fmt(e['warm']['latency_ms'])} vs {fmt(e['cold']['latency_ms'])})"
-            )
+        duels = ", ".join(
+            f"{fmt(d['warm_ms'])} vs {fmt(d['cold_ms'])}" if d else "no kernel"
+            for d in e["head_to_head"]
+        )
+        per_seed = ", ".join(
+            f"{fmt(w)} vs {fmt(c)}" for w, c in zip(e["warm_by_seed"], e["cold_by_seed"])
+        )
+        shown = (
+            f"head to head (both best kernels timed in one call), median cold/warm over {len(e['seeds'])} "
+            f"seed(s): {fmt(e['cold_over_warm'])} (per seed, ms: {duels}); best while tuning, "
+            f"median: {fmt(e['warm_best_ms'])} vs {fmt(e['cold_best_ms'])} ms (per seed: {per_seed})"
+        )
         rows.append(
             [
                 f"matmul 1000³: {e['warm_trials']} trials with 1024³'s records vs {e['cold_trials']} cold",
@@ -164,17 +143,15 @@ def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
             ]
         )
     if "scheduler" in ex:
-        rows.append(scheduler_row(ex["scheduler"], result["seed"]))
+        rows.append(scheduler_row(ex["scheduler"]))
     if not rows:
         return None
     return ["experiment (same run)", "best ms while tuning / latency", "goal"], rows
 
 
 def _tuning_timing(tune: dict[str, Any]) -> str:
-    """How candidates were timed while tuning; results from before contenders were re-timed say less."""
-    m = tune.get("measure_tuning")
-    if m is None:
-        return "short repeats"
+    """How candidates were timed while tuning."""
+    m = tune["measure_tuning"]
     more = m["repeat"] + m["confirm_repeat"]
     return (
         f"{m['repeat']} repeats of at least {m['min_repeat_ms']:g} ms, {more} for a contender "
@@ -196,17 +173,16 @@ def note(result: dict[str, Any]) -> str:
         + (
             f" ({tune['measure_final']['repeat']} repeats in {tune['measure_final']['rounds']} rounds "
             f"{tune['measure_final']['round_pause_s']:g} s apart, pooled: a slow phase of the machine costs a minority of the samples)"
-            if tune.get("measure_final", {}).get("rounds", 1) > 1
+            if tune["measure_final"]["rounds"] > 1
             else ""
         )
         + "; × = their time / loomtune's. conv2d's numpy is the library's reference "
         "(sliding windows + tensordot: im2col + GEMM). Tuning s: the whole `tune_task` call; search s: of that, the strategy proposing and learning (the measurement processes wait meanwhile); cand/s: trials / the loop's time.",
     ]
-    if result.get("peak_gflops"):
-        parts.append(
-            f"% of peak: the final kernel's GFLOP/s over one core's FMA peak, {result['peak_gflops']:.0f} GFLOP/s, "
-            "measured at the start of this run (`benchmarks/roofline.py`: independent FMA chains on registers)."
-        )
+    parts.append(
+        f"% of peak: the final kernel's GFLOP/s over one core's FMA peak, {result['peak_gflops']:.0f} GFLOP/s, "
+        "measured at the start of this run (`benchmarks/roofline.py`: independent FMA chains on registers)."
+    )
     if not tune.get("torch"):
         parts.append("PyTorch was not installed: no PyTorch column.")
     if tune.get("tvm") is None:
@@ -256,75 +232,41 @@ def extras_note(result: dict[str, Any]) -> str | None:
     ex = result["tune"].get("extras") or {}
     parts = []
     if "evo_replay" in ex:
-        entries = evo_replay_entries(ex)
-        if any(e.get("verdict_on") == "head_to_head" for e in entries):
-            how = (
-                "Ahead: per seed, the kernels that were each run's best after that many trials are "
-                "verified and timed interleaved in one call (pooled rounds, numpy beside); the "
-                "evolutionary search is ahead where the median over the seeds of replay / "
-                "evolutionary is above 1. The best while tuning is the minimum of short timings "
-                "taken minutes apart on a VM whose speed drifts; it is shown beside."
-            )
-        else:
-            how = "Ahead: the evolutionary median strictly below replay's."
         parts.append(
             "Evolutionary vs replay: best-so-far medians as the pool measured them while tuning, "
             "each run in a fresh database; with several seeds, the median over them (a run whose "
-            f"design space ran out before a checkpoint counts with its last best). {how} The goal "
+            "design space ran out before a checkpoint counts with its last best). Ahead: per seed, "
+            "the kernels that were each run's best after that many trials are verified and timed "
+            "interleaved in one call (pooled rounds, numpy beside); the evolutionary search is ahead "
+            "where the median over the seeds of replay / evolutionary is above 1. The best while "
+            "tuning is the minimum of short timings taken minutes apart on a VM whose speed drifts; "
+            "it is shown beside. The goal "
             f"(the search goal) is ahead on at least {EVO_GOAL_AHEAD} of the {len(SUITE)} suite workloads at "
             + " and ".join(str(n) for n in EVO_GOAL_AT)
             + " trials."
         )
     if "reuse" in ex:
-        if ex["reuse"].get("verdict_on") == "head_to_head":
-            parts.append(
-                "Reuse: per seed, the warm and the cold run's best kernels are verified and timed "
-                "interleaved in one call; the verdict is the median over the seeds of cold / warm "
-                "(met: ≥ 1, the warm kernel at least as fast). The best while tuning is the minimum "
-                "over short noisy timings and favours the run with 4× the trials; it is shown beside. "
-                f"Seeds {', '.join(map(str, ex['reuse']['seeds']))}; the curves of the first seed."
-            )
-        else:
-            parts.append(
-                "Reuse: best while tuning, then (final) both best kernels re-timed interleaved with numpy"
-                + (
-                    f"; seeds {', '.join(map(str, ex['reuse']['seeds']))}, the verdict on the medians of the best "
-                    "while tuning, the curves of the first seed."
-                    if len(ex["reuse"].get("seeds") or []) > 1
-                    else "."
-                )
-            )
+        parts.append(
+            "Reuse: per seed, the warm and the cold run's best kernels are verified and timed "
+            "interleaved in one call; the verdict is the median over the seeds of cold / warm "
+            "(met: ≥ 1, the warm kernel at least as fast). The best while tuning is the minimum "
+            "over short noisy timings and favours the run with 4× the trials; it is shown beside. "
+            f"Seeds {', '.join(map(str, ex['reuse']['seeds']))}; the curves of the first seed."
+        )
     if "scheduler" in ex:
         e = ex["scheduler"]
-        arms = [a for a in SCHEDULER_ARMS if a in e]
-        contended = [a for a in arms if any(r["contended"] for r in e.get(f"{a}_runs", [e[a]]))]
-        seeds = e.get("seeds") or []
-        timing = (
-            "sum(weight × latency), each workload's best kernels timed head to head (interleaved "
-            "in one call, pooled rounds) once every arm has tuned. "
-            if e.get("verdict_on") == "head_to_head"
-            else "sum(weight × final latency), the final kernels re-timed in this process as in the main table. "
-        )
-        if e.get("baseline") == "independent":
-            baseline = (
-                f"The baseline is {e['per_task']} trials each, every workload tuned on its own in a fresh "
-                "database with a search and cost model of its own; the shared-budget arms (gradient, "
-                "round-robin) run in one fresh database and pool, their searches sharing one cost model "
-                "and, between shapes of one operator (matmul 512³ and 1024³), each other's bests as seeds. "
-                "Round-robin gives equal shares (a workload whose space runs out leaves its share to the "
-                "others): gradient vs round-robin is what the policy wins, round-robin vs each on its own "
-                "what sharing the model and the bests wins."
-            )
-        else:
-            baseline = (
-                "Each policy in a fresh database with one pool. The equal-shares baseline is round-robin "
-                "over the same budget: a workload whose space runs out (softmax) leaves its share to the "
-                f"others, so they get more than {e['per_task']} each."
-            )
+        contended = [a for a in SCHEDULER_ARMS if any(r["contended"] for r in e[f"{a}_runs"])]
+        seeds = e["seeds"]
         parts.append(
-            "Task scheduler: the weighted total is "
-            + timing
-            + baseline
+            "Task scheduler: the weighted total is sum(weight × latency), each workload's best "
+            "kernels timed head to head (interleaved in one call, pooled rounds) once every arm "
+            f"has tuned. The baseline is {e['per_task']} trials each, every workload tuned on its "
+            "own in a fresh database with a search and cost model of its own; the shared-budget "
+            "arms (gradient, round-robin) run in one fresh database and pool, their searches "
+            "sharing one cost model and, between shapes of one operator (matmul 512³ and 1024³), "
+            "each other's bests as seeds. Round-robin gives equal shares (a workload whose space "
+            "runs out leaves its share to the others): gradient vs round-robin is what the policy "
+            "wins, round-robin vs each on its own what sharing the model and the bests wins."
             + (
                 f" Seeds {', '.join(map(str, seeds))}, the arms alternating seed by seed; the verdict "
                 "compares the medians."
@@ -345,7 +287,7 @@ def extras_headline(result: dict[str, Any]) -> list[dict[str, Any]]:
     entries = evo_replay_entries(ex)
     if entries:
         ahead = evo_replay_ahead(entries)
-        seeds = len(ex["evo_replay"].get("seeds") or [result.get("seed")])
+        seeds = len(ex["evo_replay"]["seeds"])
         figures = ", ".join(f"{a['ahead']} of {a['of']} at {n}" for n, a in ahead.items())
         met = None
         if suite_complete(entries):
@@ -365,20 +307,18 @@ def extras_headline(result: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "experiment": "reuse",
                 "figures": f"matmul 1000³, {e['warm_trials']} warm vs {e['cold_trials']} cold trials: "
-                f"cold / warm {fmt(e.get('cold_over_warm'))} head to head, median of {len(e['seeds'])} seeds",
-                "met": e.get("met"),
+                f"cold / warm {fmt(e['cold_over_warm'])} head to head, median of {len(e['seeds'])} seeds",
+                "met": e["met"],
             }
         )
     if "scheduler" in ex:
         e = ex["scheduler"]
-        totals = " vs ".join(
-            f"{arm} {fmt(e.get(f'{arm}_weighted_ms'))}" for arm in SCHEDULER_ARMS if arm in e
-        )
+        totals = " vs ".join(f"{arm} {fmt(e[f'{arm}_weighted_ms'])}" for arm in SCHEDULER_ARMS)
         out.append(
             {
                 "experiment": "scheduler",
-                "figures": f"weighted ms {totals}, median of {len(e.get('seeds') or [0])} seeds",
-                "met": e.get("met"),
+                "figures": f"weighted ms {totals}, median of {len(e['seeds'])} seeds",
+                "met": e["met"],
             }
         )
     return out

@@ -222,14 +222,12 @@ def _all_rows(rows: Sequence[dict[str, Any]], tune: dict[str, Any]) -> list[dict
     out = list(rows)
     ex = tune.get("extras") or {}
     for e in evo_replay_entries(ex):
-        for p in e.get("per_seed") or [{"replay": e["replay"]}]:
-            out += [r for r in (p.get("evolutionary"), p["replay"]) if r is not None]
+        for p in e["per_seed"]:
+            out += [r for r in (p["evolutionary"], p["replay"]) if r is not None]
     if "reuse" in ex:
-        for p in ex["reuse"].get("per_seed") or [ex["reuse"]]:
+        for p in ex["reuse"]["per_seed"]:
             out += [p["warm"], p["cold"]]
     if "scheduler" in ex:
-        e = ex["scheduler"]
         for arm in SCHEDULER_ARMS:
-            if arm in e:
-                out += e.get(f"{arm}_runs") or [e[arm]]
+            out += ex["scheduler"][f"{arm}_runs"]
     return out

@@ -192,17 +192,26 @@ def test_evo_replay_alone_runs_every_workload_with_the_median_over_seeds(tmp_pat
 
 
 def _entry(name: str, trials: int, evo: dict[int, float], rep: dict[int, float]) -> dict:
-    """An evo_vs_replay dict with the given medians (no runs)."""
+    """An evo_vs_replay dict with the given medians (no runs); head to head, each
+    checkpoint's replay / evolutionary is the ratio of the medians."""
     return {
         "workload": name,
         "trials": trials,
         "seeds": [0, 1, 2],
+        "verdict_on": "head_to_head",
         "evolutionary_ms": evo[trials],
         "replay_ms": rep[trials],
         "evolutionary_ahead": evo[trials] < rep[trials],
         "replay": {"history_ms": [rep[trials]]},
         "per_seed": [],
-        "checkpoints": {str(n): {"evolutionary_ms": evo[n], "replay_ms": rep[n]} for n in evo},
+        "checkpoints": {
+            str(n): {
+                "evolutionary_ms": evo[n],
+                "replay_ms": rep[n],
+                "replay_over_evolutionary": rep[n] / evo[n],
+            }
+            for n in evo
+        },
     }
 
 
@@ -225,7 +234,7 @@ def test_evo_replay_summary_and_goal_over_the_six_workloads() -> None:
     ex = {
         "evo_replay": {"workloads": entries, "trials": 256, "seeds": [0, 1, 2], "ahead_at": ahead}
     }
-    rows = tune_evo.evo_replay_rows(ex, 0)
+    rows = tune_evo.evo_replay_rows(ex)
     assert len(rows) == 6 * 2 + 1  # the budget and 64 per workload, the summary
     assert rows[-1] == [
         "evolutionary ahead of replay (median of 3 seeds)",
@@ -245,7 +254,7 @@ def test_evo_replay_is_judged_head_to_head_when_the_result_has_it() -> None:
         e["checkpoints"]["256"]["replay_over_evolutionary"] = 1.0  # a tie is not ahead
     ahead = tune_evo.evo_replay_ahead(entries)
     assert {n: a["ahead"] for n, a in ahead.items()} == {"64": 5, "256": 0}
-    rows = tune_evo.evo_replay_rows({"evo_replay": {"workloads": entries, "seeds": [0, 1, 2]}}, 0)
+    rows = tune_evo.evo_replay_rows({"evo_replay": {"workloads": entries, "seeds": [0, 1, 2]}})
     assert rows[0][1] == "1 ms vs 0.9 ms; head to head replay / evolutionary 1.000"
     assert rows[0][2] == "replay ahead or tie"
     assert (
@@ -397,26 +406,6 @@ def _reuse_extra(
     }
 
 
-def test_reuse_over_seeds_is_judged_on_the_medians() -> None:
-    """The rendering of a reuse result over three seeds (the run itself needs matmul 1024³: too slow here)."""
-
-    ex = _reuse_extra(
-        [(9.7, 9.7), (9.5, 9.9), (10.2, 10.0)],
-        [(9.5, 10.4), (9.6, 10.1), (9.9, 10.3)],
-        warm_best_ms=9.7,
-        cold_best_ms=9.6,
-        met=False,
-    )
-    result = {"seed": 0, "tune": {"extras": {"reuse": ex}}}
-    _, rows = tune_report.extras_table(result)
-    (row,) = rows
-    assert row[1].startswith("median of 3 seeds: 9.7 ms vs 9.6 ms") and "9.5 vs 9.6" in row[1]
-    assert row[2] == "not met"
-    assert (
-        len(tune_run._all_rows([], result["tune"])) == 6
-    )  # every seed's runs count as the tuner's own CPU
-
-
 def test_reuse_is_judged_head_to_head_when_the_result_has_it() -> None:
     duels = [
         {"warm_ms": 7.9, "cold_ms": 7.8, "numpy_ms": 8.0},
@@ -446,6 +435,9 @@ def test_reuse_is_judged_head_to_head_when_the_result_has_it() -> None:
         row[2] == "met"
     )  # median cold/warm 8.1/8.0 > 1, although the best while tuning says otherwise
     assert "median over the seeds of cold / warm" in (tune_report.extras_note(result) or "")
+    assert (
+        len(tune_run._all_rows([], result["tune"])) == 6
+    )  # every seed's runs count as the tuner's own CPU
 
 
 def test_head_to_head_times_verified_kernels_of_each_run_in_one_call(tmp_path: Path) -> None:

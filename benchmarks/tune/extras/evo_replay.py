@@ -153,26 +153,22 @@ def summary_checkpoints(trials: int) -> list[int]:
     return [c for c in checkpoints(trials) if c in EVO_GOAL_AT or c == trials]
 
 
-def _medians_at(entry: dict[str, Any], n: int) -> tuple[float, float] | None:
-    c = (entry.get("checkpoints") or {}).get(str(n))
-    if c is None or c.get("evolutionary_ms") is None or c.get("replay_ms") is None:
-        return None
+def _medians_at(entry: dict[str, Any], n: int) -> tuple[float | None, float | None]:
+    """The best-while-tuning medians (evolutionary, replay) after n trials."""
+    c = entry["checkpoints"][str(n)]
     return c["evolutionary_ms"], c["replay_ms"]
 
 
 def _duel_ratio_at(entry: dict[str, Any], n: int) -> float | None:
     """The median over the seeds of replay / evolutionary, timed head to head after n trials."""
-    return ((entry.get("checkpoints") or {}).get(str(n)) or {}).get("replay_over_evolutionary")
+    return entry["checkpoints"][str(n)]["replay_over_evolutionary"]
 
 
 def _ahead_at(entry: dict[str, Any], n: int) -> bool | None:
-    """Whether the evolutionary search is ahead after n trials: on the head-to-head ratio's
-    median (`verdict_on`), or in older files on the medians of the best while tuning."""
-    if entry.get("verdict_on") == "head_to_head":
-        ratio = _duel_ratio_at(entry, n)
-        return None if ratio is None else ratio > 1.0
-    m = _medians_at(entry, n)
-    return None if m is None else m[0] < m[1]
+    """Whether the evolutionary search is ahead after n trials: the head-to-head ratio's
+    median over the seeds above 1."""
+    ratio = _duel_ratio_at(entry, n)
+    return None if ratio is None else ratio > 1.0
 
 
 def evo_replay_ahead(entries: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -233,43 +229,45 @@ def _verdict(ahead: bool | None) -> str:
     return "evolutionary ahead" if ahead else "replay ahead or tie"
 
 
-def _evo_replay_value(entry: dict[str, Any], n: int, medians: tuple[float, float]) -> str:
+def _evo_replay_value(entry: dict[str, Any], n: int) -> str:
     """The best-while-tuning medians after n trials, and the head-to-head ratio where timed."""
-    text = f"{fmt(medians[0])} ms vs {fmt(medians[1])} ms"
+    evo, rep = _medians_at(entry, n)
+    text = f"{fmt(evo)} ms vs {fmt(rep)} ms"
     ratio = _duel_ratio_at(entry, n)
     if ratio is not None:
         text += f"; head to head replay / evolutionary {ratio:.3f}"
     return text
 
 
-def evo_replay_rows(ex: dict[str, Any], seed: int) -> list[list[str]]:
-    """The extras table's evolutionary-vs-replay rows: per workload at 64 trials and the
-    budget (old single-workload files too), and with the current form a summary row."""
+def evo_replay_rows(ex: dict[str, Any]) -> list[list[str]]:
+    """The extras table's evolutionary-vs-replay rows: per workload at the budget and at 64
+    and 256 trials where within it, and a summary row."""
     entries = evo_replay_entries(ex)
     rows = []
     for e in entries:
-        seeds = e.get("seeds") or [seed]
-        median = f", median of {len(seeds)} seeds" if len(seeds) > 1 else ""
-        budget = _medians_at(e, e["trials"]) or (e["evolutionary_ms"], e["replay_ms"])
+        median = f", median of {len(e['seeds'])} seeds" if len(e["seeds"]) > 1 else ""
         rows.append(
             [
                 f"evolutionary vs replay, {e['workload']}, {e['trials']} trials{median}",
-                _evo_replay_value(e, e["trials"], budget),
+                _evo_replay_value(e, e["trials"]),
                 _verdict(_ahead_at(e, e["trials"])),
             ]
         )
-        for n in e.get("checkpoints") or {}:
-            medians = _medians_at(e, int(n))
-            if int(n) in EVO_GOAL_AT and int(n) != e["trials"] and medians is not None:
+        for n in e["checkpoints"]:
+            if (
+                int(n) in EVO_GOAL_AT
+                and int(n) != e["trials"]
+                and None not in _medians_at(e, int(n))
+            ):
                 rows.append(
                     [
                         f"… the same runs after {n} trials{median}",
-                        _evo_replay_value(e, int(n), medians),
+                        _evo_replay_value(e, int(n)),
                         _verdict(_ahead_at(e, int(n))),
                     ]
                 )
-    if entries and "workloads" in ex["evo_replay"]:
-        seeds = ex["evo_replay"].get("seeds") or [seed]
+    if entries:
+        seeds = ex["evo_replay"]["seeds"]
         over = f"median of {len(seeds)} seeds" if len(seeds) > 1 else f"seed {seeds[0]}"
         ahead = evo_replay_ahead(entries)
         counts = " / ".join(

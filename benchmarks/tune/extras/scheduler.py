@@ -147,39 +147,35 @@ def scheduler(
     return out
 
 
-def scheduler_row(e: dict[str, Any], default_seed: int) -> list[str]:
-    """The scheduler extra's row: gradient against its baseline (each workload tuned on its own;
-    round-robin over the shared budget in runs before that arm existed), round-robin beside."""
-    base = e.get("baseline", "round_robin")
-    arms = ["gradient", base] + (["round_robin"] if base != "round_robin" else [])
+def scheduler_row(e: dict[str, Any]) -> list[str]:
+    """The scheduler extra's row: gradient against each workload tuned on its own, round-robin beside."""
+    arms = ["gradient", "independent", "round_robin"]
     names = {"gradient": "gradient", "round_robin": "round-robin", "independent": "each on its own"}
-    seeds = e.get("seeds") or [default_seed]
-    totals = {a: e.get(f"{a}_weighted_ms", e[a]["weighted_latency_ms"]) for a in arms}
+    seeds = e["seeds"]
+    totals = {a: e[f"{a}_weighted_ms"] for a in arms}
     verdict = "met" if e["met"] else "not met"
-    if totals["gradient"] and totals[base]:
-        change = totals["gradient"] / totals[base] - 1
+    if totals["gradient"] and totals["independent"]:
+        change = totals["gradient"] / totals["independent"] - 1
         noise = ", within noise" if abs(change) < 0.03 else ""
         verdict += f" ({change:+.1%}{noise})"
     weights = ",".join(f"{w:g}" for w in e["weights"])
-    timed = "head-to-head timings" if e.get("verdict_on") == "head_to_head" else "re-timed finals"
     first = f"seed {seeds[0]}: " if len(seeds) > 1 else ""
     described = [
         f"{names[a]} ({first if a == 'gradient' else ''}{'/'.join(str(n) for n in e[a]['trials_per_task'])} trials, "
         f"{e[a]['seconds']:.0f} s)"
         for a in arms
     ]
-    label = f"task scheduler, weights {weights}, {e['budget']} trials: " + " vs ".join(
-        described[:2]
+    label = (
+        f"task scheduler, weights {weights}, {e['budget']} trials: "
+        f"{described[0]} vs {described[1]}; {described[2]} beside"
     )
-    if len(arms) > 2:
-        label += f"; {described[2]} beside"
     shown = " vs ".join(f"{fmt(totals[a])}" for a in arms) + " ms"
     if len(seeds) > 1:
         per_seed = ", ".join(
             " vs ".join(fmt(v) for v in vals)
             for vals in zip(*(e[f"{a}_weighted_by_seed"] for a in arms))
         )
-        shown = f"median of {len(seeds)} seeds: {shown} (weighted totals of the {timed}; per seed: {per_seed})"
+        shown = f"median of {len(seeds)} seeds: {shown} (weighted totals of the head-to-head timings; per seed: {per_seed})"
     else:
-        shown += f" (weighted totals of the {timed})"
+        shown += " (weighted totals of the head-to-head timings)"
     return [label, shown, verdict]
