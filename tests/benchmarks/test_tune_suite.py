@@ -282,6 +282,7 @@ def test_duel_at_times_each_runs_best_after_n_trials(tmp_path: Path) -> None:
         quiet_wait_s=0,
         measure=MeasureConfig(warmup=1, number=2, repeat=3),
         log=lambda _: None,
+        round_pause_s=0.0,
     )
     evo = {"best_trace_json_at": {"16": a, "32": b}, "target": target.canonical()}
     rep = {"best_trace_json_at": {"16": a, "32": a}, "target": target.canonical()}
@@ -460,6 +461,7 @@ def test_head_to_head_times_verified_kernels_of_each_run_in_one_call(tmp_path: P
         quiet_wait_s=0,
         measure=MeasureConfig(warmup=1, number=2, repeat=3),
         log=lambda _: None,
+        round_pause_s=0.0,
     )
     duel = tune_compare.head_to_head(ctx, task, rows)
     assert duel is not None and set(duel) == {"warm_ms", "cold_ms", "numpy_ms", "contended"}
