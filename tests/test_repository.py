@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -83,3 +84,21 @@ def test_modules_and_functions_stay_small_enough_to_keep_in_mind() -> None:
                     )
     assert len(_python_files()) > 200  # the walk itself works
     assert not too_long, "split these:\n" + "\n".join(too_long)
+
+
+def test_readme_python_snippet_runs(tmp_path: Path) -> None:
+    """The README's Python example runs as written (with a smaller budget) and checks itself."""
+    import subprocess
+    import sys
+
+    m = re.search(r"```python\n(.+?)```", (ROOT / "README.md").read_text(), re.S)
+    assert m, "README has no Python example"
+    code = m.group(1)
+    assert "trials=32" in code and "assert np.allclose" in code
+    script = tmp_path / "snippet.py"
+    script.write_text(code.replace("trials=32", "trials=2"))
+    env = {**os.environ, "LOOMTUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}"}
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
