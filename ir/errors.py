@@ -25,3 +25,11 @@ class UnboundShapeError(LoomtuneError):
 
 class BufferTooLargeError(LoomtuneError):
     """The buffers of a workload exceed LOOMTUNE_MAX_BYTES; refused before allocating."""
+
+
+class GraphError(LoomtuneError):
+    """An ill-formed model graph: an undefined value, an unknown op, a bad attribute or shape."""
+
+
+class GraphInputError(LoomtuneError):
+    """A graph was run with a missing input or one of the wrong shape or dtype."""
