@@ -207,6 +207,8 @@ _LIBRARY_NAMES = frozenset(
         "sqrtf",
         "tanh",
         "tanhf",
+        "erf",
+        "erff",
         "floor",
         "floorf",
         "pthread_create",

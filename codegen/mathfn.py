@@ -1,4 +1,4 @@
-"""Math functions in generated code: vectorizable polynomials for float32 exp/tanh.
+"""Math functions in generated code: vectorizable polynomials for float32 exp/tanh/erf.
 
 LLVM's `llvm.exp.*` on a vector becomes one libm call per lane, and tanh has no
 intrinsic at all, so float32 exp and tanh are emitted inline as polynomials that
@@ -7,8 +7,12 @@ work on scalars and vectors alike (same code, so scalar and vector lanes agree):
   scaled by 2^n built from the exponent bits; relative error ~1e-7.
 - tanh: the rational minimax approximation used by Eigen (odd degree 13 over even
   degree 6) on x clamped to ±7.9053 (where float32 tanh is ±1); error ~1 ulp.
+- erf: Eigen's rational approximation x·P(x²)/Q(x²) (odd degree 13 over even
+  degree 8) on x clamped to ±4 (where float32 erf is ±1); relative error
+  < 5e-7 over [-10, 10] (GELU's exact form needs it).
 NaN inputs give NaN, exp overflows to +inf like numpy. sqrt is `llvm.sqrt`
-(a native instruction); log and float64 functions use intrinsics or libm.
+(a native instruction); log and float64 functions use intrinsics or libm
+(float64 tanh and erf: one libm call per lane).
 """
 
 from __future__ import annotations
@@ -40,6 +44,22 @@ _TANH_P = (
     4.89352455891786e-03,
 )
 _TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+_ERF_P = (
+    -2.72614225801306e-10,
+    2.77068142495902e-08,
+    -2.10102402082508e-06,
+    -5.69250639462346e-05,
+    -7.34990630326855e-04,
+    -2.95459980854025e-03,
+    -1.60960333262415e-02,
+)
+_ERF_Q = (
+    -1.45660718464996e-05,
+    -2.13374055278905e-04,
+    -1.68282697438203e-03,
+    -7.37332916720468e-03,
+    -1.42647390514189e-02,
+)
 _CONTRACT = ("contract",)
 
 
@@ -55,13 +75,15 @@ def call(f: ExpressionEmitter, fn: str, dtype: str, x: ll.Value) -> ll.Value:
         return _exp_f32(f, x)
     if dtype == "float32" and fn == "tanh":
         return _tanh_f32(f, x)
+    if dtype == "float32" and fn == "erf":
+        return _erf_f32(f, x)
     if fn in ("exp", "log", "sqrt"):
         intrinsic = f.m.declare(f"llvm.{fn}.{type_suffix(t)}", t, [t])
         return f.builder.call(intrinsic, [x], fastmath=("contract",))
-    # float64 tanh: libm, one call per lane.
+    # float64 tanh and erf: libm, one call per lane.
     b = f.builder
     scalar = t.element if isinstance(t, ll.VectorType) else t
-    libm = f.m.declare("tanh", scalar, [scalar])
+    libm = f.m.declare(fn, scalar, [scalar])
     if not isinstance(t, ll.VectorType):
         return b.call(libm, [x])
     out: ll.Value = ll.Constant(t, ll.Undefined)
@@ -129,4 +151,13 @@ def _tanh_f32(f: ExpressionEmitter, x0: ll.Value) -> ll.Value:
     x2 = b.fmul(x, x)
     p = b.fmul(_poly(f, x2, _TANH_P), x)
     q = _poly(f, x2, _TANH_Q)
+    return b.fdiv(p, q)  # NaN stays NaN through the ordered clamp: no select
+
+
+def _erf_f32(f: ExpressionEmitter, x0: ll.Value) -> ll.Value:
+    b = f.builder
+    x = _clamp(f, x0, -4.0, 4.0)
+    x2 = b.fmul(x, x)
+    p = b.fmul(_poly(f, x2, _ERF_P), x)
+    q = _poly(f, x2, _ERF_Q)
     return b.fdiv(p, q)  # NaN stays NaN through the ordered clamp: no select

@@ -33,6 +33,7 @@ from ir.expr import (  # re-exported: the DSL's element-wise vocabulary  # noqa:
     as_index,
     cast,
     eq,
+    erf,
     exp,
     log,
     logical_and,

@@ -34,7 +34,7 @@ Expressions: an integer or float literal (typed like the other operand; a float
 alone is float32); a string naming an axis, a reduce axis or a size;
 `{"const": value, "dtype": d}`; or a list `[op, args...]` with op one of
 add sub mul div floordiv floormod max min lt le gt ge eq ne and or (two args),
-exp log sqrt tanh (one arg), ["cast", dtype, x], ["select", cond, t, f],
+exp log sqrt tanh erf (one arg), ["cast", dtype, x], ["select", cond, t, f],
 ["load", tensor, index...].
 """
 

@@ -18,7 +18,7 @@ ARITH_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "max", "min")
 CMP_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGIC_OPS = ("and", "or")
 BINARY_OPS = ARITH_OPS + CMP_OPS + LOGIC_OPS
-MATH_FUNCS = ("exp", "log", "sqrt", "tanh")
+MATH_FUNCS = ("exp", "log", "sqrt", "tanh", "erf")
 ITER_KINDS = ("spatial", "reduce")
 
 ExprLike = Union["Expr", int, float, bool]
@@ -137,7 +137,7 @@ class Binary(Expr):
 
 @dataclass(frozen=True, slots=True, eq=True)
 class Call(Expr):
-    """A math function (exp, log, sqrt, tanh) of floating-point arguments."""
+    """A math function (exp, log, sqrt, tanh, erf) of floating-point arguments."""
 
     fn: str
     args: tuple[Expr, ...]
@@ -367,6 +367,11 @@ def sqrt(x: ExprLike) -> Expr:
 
 def tanh(x: ExprLike) -> Expr:
     return call("tanh", x)
+
+
+def erf(x: ExprLike) -> Expr:
+    """The error function (GELU's exact form is 0.5·x·(1 + erf(x/√2)))."""
+    return call("erf", x)
 
 
 def cast(to: str, x: ExprLike) -> Expr:

@@ -27,6 +27,7 @@ ALLOWED = {
     "sqrt",
     "tanhf",
     "tanh",
+    "erf",
     "pthread_create",
     "pthread_join",
 }
