@@ -497,7 +497,9 @@ def _slice_params(node: Node, t: TensorType) -> list[tuple[int, int, int, int]]:
         raise GraphError(f"axes {axes} must be sorted, unique and within 0..{t.rank - 1}")
     params = list(zip(axes, starts, ends, steps))
     for a, s, e, st in params:
-        if st == 0 or normalize_slice(t.shape[a], s, e, st) != (s, e) or (st < 0 and e < -1):
+        dim = t.shape[a]
+        ok = 0 <= s <= dim and 0 <= e <= dim if st > 0 else 0 <= s < max(dim, 1) and -1 <= e < dim
+        if st == 0 or not ok:
             raise GraphError(f"slice {s}:{e}:{st} on axis {a} of {t} is not normalised")
     return params
 
