@@ -158,7 +158,16 @@ class Measurer:
             return self._fail("compile_error", "the program is nested too deeply to compile")
         t4 = time.perf_counter()
         compile_ms = (t4 - t0) * 1e3
-        prepared = self.prepare(task, target.num_threads)
+        try:
+            prepared = self.prepare(task, target.num_threads)
+        except LoomtuneError as e:  # the workload itself (a custom one reading out of bounds)
+            return self._fail("runtime_error", f"the workload's reference fails: {e}", compile_ms)
+        except (MemoryError, ValueError, ArithmeticError) as e:
+            return self._fail(
+                "runtime_error",
+                f"the workload's reference fails: {type(e).__name__}: {e}",
+                compile_ms,
+            )
         outputs = empty_outputs(task.output_specs())
         try:
             if fault == "crash":

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -129,7 +131,41 @@ def create_app(
     return app
 
 
+def _json_safe(value: object) -> object:
+    """`value` with what JSON cannot carry (NaN, Infinity, bytes, objects) as text."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    return str(value)
+
+
+def validation_errors(errors: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
+    """FastAPI's 422 list, each error's `loc`, `msg` and `type` (and its input when
+    small), always serialisable: a body with `Infinity` in it is answered, not a 500."""
+    out = []
+    for e in errors:
+        item: dict[str, object] = {
+            "loc": _json_safe(list(e.get("loc", ()))),  # type: ignore[call-overload]
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "value_error")),
+        }
+        given = e.get("input")
+        if isinstance(given, float | int | bool) or (isinstance(given, str) and len(given) < 200):
+            item["input"] = _json_safe(given)
+        out.append(item)
+    return out
+
+
 def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": validation_errors(exc.errors())}, status_code=422)
+
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
         if isinstance(exc, Invalid):

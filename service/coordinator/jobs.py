@@ -51,6 +51,9 @@ CANDIDATE_STATUSES = ("pending", "leased", "done", "cancelled")
 MAX_OP_NAME = 128
 MAX_TARGET = 2048
 MAX_CPU = 128
+MAX_THREADS = 1024
+"""The most threads a target may name: more than any worker this runs on has cores (and
+`targets.threads` is a 32-bit integer)."""
 
 
 # -- validating a submission --------------------------------------------------------------
@@ -80,7 +83,27 @@ def resolve_task(spec: Mapping[str, Any], loc: tuple[str, ...] = ("body", "workl
         raise Invalid(where(), "the workload is nested too deeply") from None
     if len(task.op) > MAX_OP_NAME:
         raise Invalid(where(), f"the workload's name is longer than {MAX_OP_NAME} characters")
+    if task.is_custom:
+        from ir.bounds import out_of_bounds_reads
+
+        bad = out_of_bounds_reads(task.workload)
+        if bad:
+            raise Invalid((*loc, "definition", "computes", bad[0].compute), str(bad[0]))
     return task
+
+
+def check_target_size(parsed: Any, loc: tuple[str | int, ...]) -> str:
+    """The canonical spelling of a parsed target, refused (422) when too long or too wide."""
+    if not 1 <= parsed.num_threads <= MAX_THREADS:
+        raise Invalid(
+            loc, f"-num-threads must be between 1 and {MAX_THREADS}, got {parsed.num_threads}"
+        )
+    canonical = parsed.canonical()
+    if len(canonical) > MAX_TARGET or len(parsed.cpu) > MAX_CPU:
+        raise Invalid(
+            loc, f"target too long (cpu at most {MAX_CPU}, target at most {MAX_TARGET} characters)"
+        )
+    return canonical
 
 
 def known_strategies() -> tuple[list[str], str]:
@@ -142,12 +165,7 @@ def resolve_target(
                 loc, f"'host' is ambiguous: workers serve {len(machines)} CPUs ({names}); name one"
             )
         parsed = machines.pop().with_threads(parsed.num_threads)
-    canonical = parsed.canonical()
-    if len(canonical) > MAX_TARGET or len(parsed.cpu) > MAX_CPU:
-        raise Invalid(
-            loc, f"target too long (cpu at most {MAX_CPU}, target at most {MAX_TARGET} characters)"
-        )
-    return canonical
+    return check_target_size(parsed, loc)
 
 
 def target_id(session: Session, canonical: str) -> int:

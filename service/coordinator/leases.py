@@ -29,7 +29,7 @@ from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from service.coordinator.errors import Conflict, Forbidden, Invalid, NotFound
-from service.coordinator.jobs import MAX_CPU, MAX_TARGET, target_id
+from service.coordinator.jobs import check_target_size, target_id
 from service.coordinator.tokens import Caller
 from service.db import models as m
 from service.db.session import as_utc
@@ -51,11 +51,7 @@ def register_worker(
         parsed = parse_target(target)
     except TargetError as e:
         raise Invalid(loc, str(e)) from None
-    canonical = parsed.canonical()
-    if len(canonical) > MAX_TARGET or len(parsed.cpu) > MAX_CPU:
-        raise Invalid(
-            loc, f"target too long (cpu at most {MAX_CPU}, target at most {MAX_TARGET} characters)"
-        )
+    canonical = check_target_size(parsed, loc)
     now = utc_now()
     worker = m.Worker(
         target_id=target_id(session, canonical),

@@ -18,6 +18,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StringConstraints,
     field_validator,
     model_validator,
@@ -39,8 +40,35 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
-Int = Annotated[int, BeforeValidator(_not_bool)]
-"""An integer, where JSON's true/false would otherwise pass as 1/0."""
+Int = Annotated[int, Strict(), BeforeValidator(_not_bool)]
+"""An integer as JSON spells one: "4", 4.0 and true are refused (no coercion)."""
+
+FLOAT32_MAX = 3.4028234663852886e38
+MAX_DEFINITION_DEPTH = 64
+
+
+def finite_json(value: Any, path: str = "", depth: int = 0) -> None:
+    """Refuse what the database cannot store or a float32 kernel cannot mean: non-finite
+    numbers, floats beyond float32, integers beyond 32 bits; the error names the path."""
+    if depth > MAX_DEFINITION_DEPTH:
+        raise ValueError(f"{path or 'value'}: nested more than {MAX_DEFINITION_DEPTH} deep")
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+            raise ValueError(
+                f"{path or 'value'}: {value!r} is not a finite float32 number"
+                ' (use {"const": "inf", "dtype": ...} for an infinity)'
+            )
+    elif isinstance(value, int):
+        if abs(value) > MAX_ID:
+            raise ValueError(f"{path or 'value'}: {value} does not fit a 32-bit integer")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            finite_json(v, f"{path}.{k}" if path else str(k), depth + 1)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            finite_json(v, f"{path}[{i}]", depth + 1)
 
 
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
@@ -72,7 +100,10 @@ class WorkloadIn(_In):
     op: (
         Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)] | None
     ) = Field(default=None, description="a library operator (`loomtune ops`)", examples=["matmul"])
-    params: dict[Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)], Int] = Field(
+    params: dict[
+        Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)],
+        Annotated[Int, Field(ge=-MAX_ID, le=MAX_ID)],
+    ] = Field(
         default_factory=dict,
         description="parameters, name -> integer",
         examples=[{"m": 256, "n": 256, "k": 256}],
@@ -80,6 +111,13 @@ class WorkloadIn(_In):
     definition: dict[str, Any] | None = Field(
         default=None, description="a custom workload definition (loomtune.workload/1)"
     )
+
+    @field_validator("definition")
+    @classmethod
+    def _storable(cls, definition: dict[str, Any] | None) -> dict[str, Any] | None:
+        if definition is not None:
+            finite_json(definition)
+        return definition
 
     @model_validator(mode="after")
     def _one_kind(self) -> WorkloadIn:
