@@ -388,6 +388,12 @@ class WorkerDaemon:
                 self.link.call(self._path("results"), body, retry=retry, timeout=timeout)
             )
         except Rejected as e:
+            if e.status == 413 and len(batch) > 1:
+                # Larger than the coordinator's LOOMTUNE_MAX_BODY_BYTES: two halves.
+                half = len(batch) // 2
+                self._post(batch[:half], retry=retry, timeout=timeout)
+                self._post(batch[half:], retry=retry, timeout=timeout)
+                return
             if e.status != 409:
                 raise
             # Nothing of that post was stored: one lease no longer held spoils it all; post one by one.

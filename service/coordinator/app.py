@@ -11,6 +11,8 @@ a router per resource under /v1 plus /healthz and /metrics. OpenAPI is at
 from __future__ import annotations
 
 import contextlib
+import functools
+import hmac
 import logging
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -22,12 +24,13 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from service.coordinator.deps import CoordinatorState, State
+from service.coordinator.deps import CoordinatorState, State, lookup_caller
 from service.coordinator.errors import ApiError, Invalid, Unauthorized
+from service.coordinator.gate import Gate
 from service.coordinator.metrics import Metrics
 from service.coordinator.routes import jobs, schedules, tokens, workers, workloads
 from service.coordinator.schemas import Health
-from service.coordinator.settings import Settings
+from service.coordinator.settings import METRICS_TOKEN_ENV, Settings
 from service.coordinator.tokens import CallerCache, ensure_admin_token
 from service.db.engine import make_engine
 from service.db.schema import ensure_schema
@@ -93,6 +96,11 @@ def create_app(
     else:
         ensure_schema(engine)
     sessions = Sessions(engine)
+    if settings.metrics_token is None:
+        log.warning(
+            "/metrics is open to anyone who can reach this coordinator; set %s to require a token",
+            METRICS_TOKEN_ENV,
+        )
     if settings.admin_token:
         with sessions.write() as session:
             ensure_admin_token(session, settings.admin_token)
@@ -121,8 +129,14 @@ def create_app(
         docs_url="/docs",
         lifespan=lifespan,
     )
-    app.state.loomtune = CoordinatorState(
+    state = CoordinatorState(
         settings, sessions, Metrics(sessions, settings), CallerCache(settings.auth_cache_seconds)
+    )
+    app.state.loomtune = state
+    app.add_middleware(
+        Gate,
+        max_body_bytes=settings.max_body_bytes,
+        authenticate=functools.partial(lookup_caller, state),
     )
     for module in (jobs, schedules, workloads, tokens, workers):
         app.include_router(module.router)
@@ -203,8 +217,23 @@ def _add_health_and_metrics(app: FastAPI) -> None:
             return JSONResponse({"detail": "the database is unavailable"}, status_code=503)
         return Health(status="ok", schema_revision=migrations.head_revision())
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=Response)
-    def metrics(state: State) -> Response:
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        summary="Prometheus metrics",
+        response_class=Response,
+        responses={401: {"description": "LOOMTUNE_METRICS_TOKEN is set and was not sent"}},
+    )
+    def metrics(state: State, request: Request) -> Response:
+        """Open unless LOOMTUNE_METRICS_TOKEN is set; then only with that bearer secret."""
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        wanted = state.settings.metrics_token
+        if wanted is not None:
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                given.strip().encode(), wanted.encode()
+            ):
+                raise Unauthorized("/metrics needs the LOOMTUNE_METRICS_TOKEN bearer secret")
 
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -14,6 +14,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.coordinator.errors import Forbidden, Unauthorized
+from service.coordinator.gate import CALLER_KEY
 from service.coordinator.metrics import Metrics
 from service.coordinator.settings import Settings
 from service.coordinator.tokens import Caller, CallerCache, authenticate_hash, hash_secret
@@ -37,19 +38,31 @@ State = Annotated[CoordinatorState, Depends(get_state)]
 _bearer = HTTPBearer(auto_error=False, description="a loomtune API token (`loomtune token create`)")
 
 
-def get_caller(
-    state: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Caller:
-    if credentials is None or not credentials.credentials:
-        raise Unauthorized("no bearer token (Authorization: Bearer <token>)")
-    hashed = hash_secret(credentials.credentials)
+def lookup_caller(state: CoordinatorState, secret: str) -> Caller | None:
+    """The caller a bearer secret stands for (cached for `auth_cache_seconds`); None: unknown or revoked."""
+    hashed = hash_secret(secret)
     caller = state.callers.get(hashed)
     if caller is None:
         with state.sessions.read() as session:
             caller = authenticate_hash(session, hashed)
-        if caller is None:
-            raise Unauthorized("the bearer token is unknown or revoked")
-        state.callers.put(hashed, caller)
+        if caller is not None:
+            state.callers.put(hashed, caller)
+    return caller
+
+
+def get_caller(
+    request: Request,
+    state: State,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Caller:
+    known = request.scope.get(CALLER_KEY)  # the gate authenticated it before the body was read
+    if isinstance(known, Caller):
+        return known
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized("no bearer token (Authorization: Bearer <token>)")
+    caller = lookup_caller(state, credentials.credentials)
+    if caller is None:
+        raise Unauthorized("the bearer token is unknown or revoked")
     return caller
 
 

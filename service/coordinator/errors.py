@@ -41,6 +41,12 @@ class Conflict(ApiError):
     status = 409
 
 
+class TooMany(ApiError):
+    """A per-owner limit is reached (LOOMTUNE_MAX_ACTIVE_JOBS)."""
+
+    status = 429
+
+
 class Invalid(ApiError):
     """A validation error naming the field: `loc` as FastAPI spells it, e.g. ("body", "trials")."""
 

@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from service.coordinator.errors import Conflict, Forbidden, Invalid, NotFound
+from service.coordinator.errors import Conflict, Forbidden, Invalid, NotFound, TooMany
 from service.coordinator.records import best_of_jobs, record_by_id, record_of_trace, records_of_job
 from service.coordinator.tokens import Caller
 from service.db import models as m
@@ -205,6 +205,18 @@ def commit_workload(session: Session, task: Any) -> None:
 
 
 # -- the API's side -----------------------------------------------------------------------
+
+
+def check_active_jobs(session: Session, owner: str, limit: int) -> None:
+    """429 when `owner` already has `limit` queued or running jobs (LOOMTUNE_MAX_ACTIVE_JOBS)."""
+    active = session.scalar(
+        select(func.count()).where(m.Job.owner == owner, m.Job.status.in_(("queued", "running")))
+    )
+    if int(active or 0) >= limit:
+        raise TooMany(
+            f"owner {owner} already has {active} queued or running jobs, the most allowed "
+            f"(LOOMTUNE_MAX_ACTIVE_JOBS={limit}); wait for one to finish or cancel one"
+        )
 
 
 def create_job(

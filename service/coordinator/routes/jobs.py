@@ -64,6 +64,7 @@ def submit_job(body: JobCreate, caller: Client, state: State) -> JobOut:
     task = J.resolve_task(body.workload.spec())
     with state.sessions.write() as session:
         target = J.resolve_target(session, body.target, alive_seconds=settings.alive_seconds)
+        J.check_active_jobs(session, caller.owner, settings.max_active_jobs)
         job = J.create_job(
             session,
             owner=caller.owner,
