@@ -1,0 +1,123 @@
+"""A compiled model: a plan's kernels bound once to one arena and the pre-arranged weights.
+
+    model = CompiledModel(build_plan(graph), programs, target)
+    (logits,) = model(input_ids=ids)
+
+Everything that can be done once is done at construction: each distinct task compiles
+once (repeated layers call the same kernel), the arena is allocated once (64-byte
+aligned, offsets from the plan's liveness), the load-time nodes run once over the
+weights (an OIHW→HWIO transpose, a folded Gemm transpose), and every kernel call is
+bound to its argument pointers. A call then checks the inputs (names, shapes, dtypes:
+one-line `GraphInputError`s), copies them into the arena, runs the bound calls in order
+and returns copies of the outputs. Not thread-safe: one arena, one call at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from codegen.host import host_target
+from codegen.kernel import Kernel, KernelRuntimeError, compile_program
+from ir import dtype as dt
+from ir.arrays import aligned_copy, aligned_empty
+from ir.graph.graph import Graph
+from ir.graph.interpret import bind_inputs
+from ir.graph.ops import OPS
+from ir.graph.plan import ModelPlan
+from ir.graph.tasks import Arg
+from ir.program import Program
+from ir.target import Target
+
+
+def prepare_constants(plan: ModelPlan) -> dict[str, np.ndarray]:
+    """The weights as the kernels read them: the graph's constants, then the load-time
+    nodes' results (each computed once), every array 64-byte aligned."""
+    g = plan.graph
+    values: dict[str, np.ndarray] = {k: aligned_copy(a) for k, a in g.constants.items()}
+    for node in plan.prepare:
+        results = OPS[node.op].evaluate([values[v] if v else None for v in node.inputs], node)
+        for v, r in zip(node.outputs, results):
+            t = g.types[v]
+            values[v] = aligned_copy(
+                np.ascontiguousarray(r, dtype=dt.to_numpy(t.dtype)).reshape(t.shape)
+            )
+    return values
+
+
+class CompiledModel:
+    """Native kernels for every step of a plan, callable with numpy arrays."""
+
+    def __init__(
+        self,
+        plan: ModelPlan,
+        programs: Mapping[str, Program] | None = None,
+        target: Target | None = None,
+    ) -> None:
+        self.plan = plan
+        self.target = target or host_target()
+        programs = programs or {}
+        self.kernels: list[Kernel] = [
+            compile_program(
+                programs.get(t.task.key, t.task.program), self.target, symbol=f"loomtune_model_k{i}"
+            )
+            for i, t in enumerate(plan.tasks)
+        ]
+        self.arena = aligned_empty((max(plan.arena_bytes, 1),), np.uint8)
+        constants = prepare_constants(plan)
+        used = {plan.base(a.value) for s in plan.steps for a in s.inputs}
+        used |= {plan.base(v) for v in plan.outputs}
+        self.constants = {k: a for k, a in constants.items() if k in used}
+        self._inputs = [(name, self._array(Arg(name, t.shape))) for name, t in plan.inputs]
+        self._calls: list[Callable[[], int]] = [
+            self.kernels[s.task].bind_call(
+                *(self._array(a) for a in s.inputs), self._array(s.output)
+            )
+            for s in plan.steps
+        ]
+        self._outputs = [self._array(Arg(v, plan.graph.types[v].shape)) for v in plan.outputs]
+
+    @property
+    def graph(self) -> Graph:
+        """The model's graph as imported (its inputs and outputs are the call's)."""
+        return self.plan.source
+
+    @property
+    def kernel_calls(self) -> int:
+        """Kernels run per inference."""
+        return len(self._calls)
+
+    def _array(self, arg: Arg) -> np.ndarray:
+        """The memory of a value, as the shape the argument declares."""
+        base = self.plan.base(arg.value)
+        slot = self.plan.slots.get(base)
+        if slot is None:
+            return self.constants[base].reshape(arg.shape)
+        dtype = dt.to_numpy(self.plan.graph.types[base].dtype)
+        raw = self.arena[slot.offset : slot.offset + slot.nbytes]
+        return raw.view(dtype).reshape(arg.shape)
+
+    def run(self) -> None:
+        """Run every kernel on the inputs already in the arena (what timing loops call)."""
+        for i, call in enumerate(self._calls):
+            rc = call()
+            if rc != 0:
+                task = self.plan.tasks[self.plan.steps[i].task]
+                raise KernelRuntimeError(
+                    f"kernel {i} ({task.pattern}) failed with code {rc} (out of memory?)"
+                )
+
+    def set_inputs(self, *arrays: np.ndarray, **named: np.ndarray) -> None:
+        """Check the inputs against the graph's and copy them into the arena."""
+        if arrays and named:
+            raise TypeError("pass the inputs by position or by name, not both")
+        given = bind_inputs(self.graph, named if named else arrays)
+        for name, dst in self._inputs:
+            np.copyto(dst, given[name])
+
+    def __call__(self, *arrays: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
+        """The outputs (fresh arrays) for these inputs: `model(x)` or `model(input=x)`."""
+        self.set_inputs(*arrays, **named)
+        self.run()
+        return [np.array(a) for a in self._outputs]
