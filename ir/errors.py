@@ -33,3 +33,7 @@ class GraphError(LoomtuneError):
 
 class GraphInputError(LoomtuneError):
     """A graph was run with a missing input or one of the wrong shape or dtype."""
+
+
+class ModelError(LoomtuneError):
+    """A model file that cannot be used: unreadable, not a model, missing data, dynamic shapes."""

@@ -1,7 +1,7 @@
 """The layers hold: every module's imports (parsed with `ast`, imports inside functions too).
 
-- direction: codegen → ir; tuner → ir; workers → codegen, tuner, ir;
-  service → workers, codegen, tuner, ir, migrations (and migrations → service:
+- direction: codegen → ir; tuner → ir; frontend → ir; workers → codegen, tuner, ir;
+  service → workers, codegen, tuner, frontend, ir, migrations (and migrations → service:
   Alembic's environment reads the models); `loomtune` (the public API) and
   benchmarks on top import anything of ours; nothing imports benchmarks or tests;
 - private names: no module imports another module's `_name` (`from x import _y`,
@@ -10,8 +10,10 @@
   the second (tuner.search, service.cli, …);
 - third-party: ir needs only the standard library, numpy and ml_dtypes; only
   service/ and migrations/ import FastAPI, SQLAlchemy, Alembic or uvicorn; only
-  codegen/ and workers/ (the machine's versions) import llvmlite. Benchmarks,
-  on top, time those libraries directly and are exempt.
+  codegen/ and workers/ (the machine's versions) import llvmlite; only frontend/
+  imports onnx; onnxruntime (a test and benchmark reference) only in service/ under
+  `try: … except ImportError`. Benchmarks, on top, time those libraries directly
+  and are exempt.
 
 Each rule is one test that lists every offender with its file, line and rule.
 """
@@ -29,17 +31,37 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("ir", "codegen", "tuner", "workers", "service", "migrations", "loomtune", "benchmarks")
+PACKAGES = (
+    "ir",
+    "codegen",
+    "tuner",
+    "frontend",
+    "workers",
+    "service",
+    "migrations",
+    "loomtune",
+    "benchmarks",
+)
 OURS = frozenset({*PACKAGES, "tests"})
 
 ALLOWED = {
     "ir": {"ir"},
     "codegen": {"codegen", "ir"},
     "tuner": {"tuner", "ir"},
+    "frontend": {"frontend", "ir"},
     "workers": {"workers", "codegen", "tuner", "ir"},
-    "service": {"service", "workers", "codegen", "tuner", "ir", "migrations"},
+    "service": {"service", "workers", "codegen", "tuner", "frontend", "ir", "migrations"},
     "migrations": {"migrations", "service", "workers", "codegen", "tuner", "ir"},
-    "loomtune": {"loomtune", "service", "migrations", "workers", "codegen", "tuner", "ir"},
+    "loomtune": {
+        "loomtune",
+        "service",
+        "migrations",
+        "workers",
+        "codegen",
+        "tuner",
+        "frontend",
+        "ir",
+    },
     "benchmarks": {*PACKAGES},
 }
 """Which of our top-level packages each may import (no package imports tests)."""
@@ -53,6 +75,8 @@ IR_THIRD_PARTY = {"numpy", "ml_dtypes"}
 SERVICE_ONLY = {"fastapi", "sqlalchemy", "alembic", "uvicorn"}
 SERVICE_ONLY_IN = {"service", "migrations", "benchmarks"}
 LLVMLITE_IN = {"codegen", "workers", "benchmarks"}
+ONNX_IN = {"frontend", "benchmarks"}
+ONNXRUNTIME_GUARDED_IN = {"service"}  # optional: only inside `try: … except ImportError`
 
 
 @dataclass(frozen=True)
@@ -342,6 +366,35 @@ def _third_party() -> Iterator[str]:
                 f"{imp.where}: {imp.module} imports llvmlite "
                 "(third-party: only codegen/ and workers/ import it)"
             )
+        if top == "onnx" and layer not in ONNX_IN:
+            yield f"{imp.where}: {imp.module} imports onnx (third-party: only frontend/ imports it)"
+        guarded = layer in ONNXRUNTIME_GUARDED_IN and imp.line in _guarded_lines(imp.file)
+        if top == "onnxruntime" and layer != "benchmarks" and not guarded:
+            yield (
+                f"{imp.where}: {imp.module} imports onnxruntime (third-party: only tests/, "
+                "benchmarks/ and service/ inside `try: … except ImportError`)"
+            )
+
+
+@cache
+def _guarded_lines(file: str) -> frozenset[int]:
+    """Lines of imports inside a `try` body whose handlers catch ImportError."""
+    lines: set[int] = set()
+    for node in ast.walk(_parse(ROOT / file)):
+        if not isinstance(node, ast.Try):
+            continue
+        caught = {
+            n.id
+            for h in node.handlers
+            for n in ast.walk(h.type)
+            if h.type is not None and isinstance(n, ast.Name)
+        }
+        if caught & {"ImportError", "ModuleNotFoundError", "Exception"}:
+            for stmt in node.body:
+                lines.update(
+                    n.lineno for n in ast.walk(stmt) if isinstance(n, ast.Import | ast.ImportFrom)
+                )
+    return frozenset(lines)
 
 
 RULES = {
@@ -356,7 +409,7 @@ def test_the_scan_sees_the_tree() -> None:
     """The scan finds the packages and imports inside functions (a guard against a
     silently empty scan that would pass every rule)."""
     modules = _modules()
-    assert {"ir", "codegen", "tuner", "workers", "service", "loomtune"} <= modules
+    assert {"ir", "codegen", "tuner", "frontend", "workers", "service", "loomtune"} <= modules
     assert any(
         imp.module == "tuner.search.strategy" and imp.target == "tuner.search.evolutionary"
         for imp in _imports()

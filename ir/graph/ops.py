@@ -389,7 +389,7 @@ _register(
     "transpose",
     "layout",
     _infer_transpose,
-    lambda args, node: (np.ascontiguousarray(args[0].transpose(node.attr("perm"))),),
+    lambda args, node: (args[0].transpose(node.attr("perm")).copy(),),
     ("perm",),
 )
 
