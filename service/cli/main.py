@@ -18,6 +18,7 @@ from service.cli.coordinator import add_coordinator_parsers, cmd_serve, cmd_toke
 from service.cli.db import add_db_parsers, cmd_best, cmd_db
 from service.cli.export import add_export_parser, cmd_export
 from service.cli.jobs import add_jobs_parsers, cmd_jobs
+from service.cli.model import add_model_parser, cmd_model
 from service.cli.run import add_run_parsers, cmd_apply, cmd_ops, cmd_run
 from service.cli.tune import add_tune_parser, cmd_tune
 from service.cli.worker import add_worker_parser, cmd_worker
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_coordinator_parsers(sub)
     add_jobs_parsers(sub)
     add_worker_parser(sub)
+    add_model_parser(sub)
     return p
 
 
@@ -48,6 +50,7 @@ COMMANDS = {
     "token": cmd_token,
     "jobs": cmd_jobs,
     "worker": cmd_worker,
+    "model": cmd_model,
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from ir.errors import LoomtuneError
 from service.cli.common import (
     EXIT_INCORRECT,
+    UsageError,
     log,
     params_text,
     parse_workload_args,
@@ -16,6 +17,7 @@ from service.cli.common import (
     print_json,
     resolve_task,
 )
+from service.cli.model import add_coordinator_options, cmd_run_model
 
 
 def add_run_parsers(sub: Any) -> None:
@@ -28,8 +30,12 @@ def add_run_parsers(sub: Any) -> None:
     run.add_argument(
         "--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition"
     )
+    run.add_argument(
+        "--model", metavar="FILE.onnx", help="a whole ONNX model: verify, time against ONNX Runtime"
+    )
     run.add_argument("--threads", type=positive_int, default=1, help="threads (default 1)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
+    add_coordinator_options(run)
 
     apply = sub.add_parser("apply", help="replay a trace file, verify, time against numpy")
     apply.add_argument("trace", metavar="TRACE.json", help="a trace file (loomtune.trace/1)")
@@ -97,6 +103,12 @@ def _tensor_text(t: dict[str, Any]) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from codegen.host import host_target
 
+    if args.model is not None:
+        if args.workload or args.workload_file:
+            raise UsageError("run: give an operator, --workload or --model, not several")
+        return cmd_run_model(args)
+    if args.coordinator is not None:
+        raise UsageError("run: --coordinator goes with --model")
     task = resolve_task(args.workload, args.workload_file)
     return _run_and_report(task, task.program, host_target(args.threads), as_json=args.json)
 

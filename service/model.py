@@ -1,0 +1,198 @@
+"""Whole models: an ONNX file to a plan, each task's best stored schedule, a compiled model.
+
+    graph = load_graph("bert.onnx")
+    loaded = compile_model(build_plan(graph), host_target(1))
+    (logits,) = loaded.model(input_ids=ids)
+
+A task uses the best stored record for the target — from the local database, or a
+coordinator's when one is named (what `loomtune best --coordinator` asks) — replayed
+onto its naive program; a task with no record (or a record that no longer replays)
+runs its default loop nest. Also the shared pieces of `model inspect` and
+`run --model`: seeded inputs, the correctness rule, ONNX Runtime when installed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from codegen.model import CompiledModel
+from ir import dtype as dt
+from ir.errors import LoomtuneError
+from ir.graph.graph import Graph
+from ir.graph.plan import ModelPlan
+from ir.program import Program
+from ir.target import Target
+
+TOLERANCE_REL = 1e-3
+TOLERANCE_ABS = 1e-5
+
+
+def load_graph(path: str | os.PathLike) -> Graph:
+    """The graph of an ONNX file (`ModelError` naming what is wrong)."""
+    from frontend.onnx import load_onnx
+
+    return load_onnx(path)
+
+
+@dataclass(frozen=True)
+class Schedules:
+    """Per distinct task (by workload key): its scheduled program when a record is stored."""
+
+    programs: Mapping[str, Program]
+    problems: tuple[str, ...] = field(default=())  # records found but not replayable
+
+    def tuned(self, key: str) -> bool:
+        return key in self.programs
+
+
+def stored_schedules(
+    plan: ModelPlan,
+    target: str,
+    *,
+    coordinator: str | None = None,
+    token: str | None = None,
+    database_url: str | None = None,
+) -> Schedules:
+    """The best stored schedule of every task of `plan` on `target` (canonical, or for a
+    coordinator any target string it resolves), replayed onto the task's program."""
+    from tuner.trace.errors import TraceError
+    from tuner.trace.trace import Trace
+
+    traces = (
+        _remote_traces(plan, target, coordinator, token)
+        if coordinator is not None
+        else _local_traces(plan, target, database_url)
+    )
+    programs: dict[str, Program] = {}
+    problems = []
+    for t in plan.tasks:
+        trace = traces.get(t.task.key)
+        if trace is None:
+            continue
+        try:
+            programs[t.task.key] = Trace.from_json(trace).apply(t.task.program).program
+        except (TraceError, LoomtuneError) as e:
+            problems.append(f"{t.pattern} ({t.task.key[:12]}): stored schedule not used: {e}")
+    return Schedules(programs, tuple(problems))
+
+
+def _local_traces(plan: ModelPlan, target: str, database_url: str | None) -> dict[str, Any]:
+    from service.db.store import open_database
+
+    database = open_database(database_url)
+    out = {}
+    for t in plan.tasks:
+        record = database.best(t.task.key, target)
+        if record is not None:
+            out[t.task.key] = record.trace
+    return out
+
+
+def _remote_traces(
+    plan: ModelPlan, target: str, coordinator: str, token: str | None
+) -> dict[str, Any]:
+    from service.client import Client, CoordinatorError
+
+    out = {}
+    with Client(coordinator, token) as client:
+        for t in plan.tasks:
+            try:
+                out[t.task.key] = client.best(workload_key=t.task.key, target=target)["trace"]
+            except CoordinatorError as e:
+                if e.status != 404:
+                    raise
+    return out
+
+
+def compile_model(
+    plan: ModelPlan,
+    target: Target,
+    *,
+    coordinator: str | None = None,
+    token: str | None = None,
+    database_url: str | None = None,
+    remote_target: str | None = None,
+) -> tuple[CompiledModel, Schedules]:
+    """The compiled model with each task's best stored schedule (else its default nest)."""
+    lookup = remote_target if coordinator is not None and remote_target else target.canonical()
+    schedules = stored_schedules(
+        plan, lookup, coordinator=coordinator, token=token, database_url=database_url
+    )
+    return CompiledModel(plan, schedules.programs, target), schedules
+
+
+# --- inputs, correctness, ONNX Runtime ---------------------------------------------------------
+
+
+def sample_inputs(graph: Graph, seed: int = 0) -> list[np.ndarray]:
+    """Seeded inputs: floats uniform in [-1, 1]; integers (token ids) uniform in [0, rows)
+    of the table a gather indexes with them, else in [0, 2); booleans either value."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for name, t in graph.inputs:
+        np_dtype = dt.to_numpy(t.dtype)
+        if dt.is_float(t.dtype):
+            out.append(rng.uniform(-1.0, 1.0, size=t.shape).astype(np_dtype))
+        elif t.dtype == "bool":
+            out.append(rng.integers(0, 2, size=t.shape).astype(np.bool_))
+        else:
+            out.append(rng.integers(0, _index_range(graph, name), size=t.shape).astype(np_dtype))
+    return out
+
+
+def _index_range(graph: Graph, value: str) -> int:
+    """Rows of the table `value` indexes (through views and casts), else 2."""
+    seen = {value}
+    frontier = [value]
+    while frontier:
+        v = frontier.pop()
+        for i in graph.consumers(v):
+            node = graph.nodes[i]
+            if node.op == "gather" and node.inputs[1] == v:
+                return graph.types[node.inputs[0]].shape[node.attr("axis")]
+            if node.op in ("reshape", "cast", "identity") and node.outputs[0] not in seen:
+                seen.add(node.outputs[0])
+                frontier.append(node.outputs[0])
+    return 2
+
+
+def check_outputs(
+    outputs: Sequence[np.ndarray], references: Sequence[np.ndarray], names: Sequence[str]
+) -> tuple[str | None, float]:
+    """The first output off its reference (None: all within max|out−ref| ≤ 1e-3·max|ref|
+    + 1e-5, no NaN), and the largest absolute error over every output."""
+    problem, worst = None, 0.0
+    for name, out, ref in zip(names, outputs, references):
+        if out.shape != ref.shape:
+            problem = problem or f"output {name!r}: shape {out.shape}, expected {ref.shape}"
+            continue
+        diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+        err = float(diff.max()) if diff.size else 0.0
+        worst = max(worst, err) if math.isfinite(err) else math.inf
+        if np.isnan(out).any() and not np.isnan(ref).any():
+            problem = problem or f"output {name!r}: NaN where the reference has none"
+            continue
+        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        bound = TOLERANCE_REL * scale + TOLERANCE_ABS
+        if not err <= bound:
+            problem = problem or f"output {name!r}: max |error| {err:.3g} > {bound:.3g}"
+    return problem, worst
+
+
+def onnxruntime_session(path: str | os.PathLike, threads: int) -> Any | None:
+    """An ONNX Runtime CPU session at `threads` intra-op threads, or None when not installed."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
