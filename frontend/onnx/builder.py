@@ -106,6 +106,7 @@ class Builder:
         self.nodes: list[Node] = []
         self.alias: dict[str, str] = {}  # ONNX value name -> graph value name
         self._taken: set[str] = set()
+        self.renamed_outputs: set[str] = set()
         self.claimed: dict[str, str] = {}  # ONNX name -> the graph name first made for it
         self._lazy: dict[str, onnx.TensorProto] = {t.name: t for t in initializers}
         self.where = ""  # the node being converted, for messages
@@ -196,6 +197,17 @@ class Builder:
         self.nodes.append(node)
         self.types.update(zip(outputs, types))
         return list(outputs)
+
+    def rename(self, value: str, new: str) -> str:
+        """Give a node result a new name everywhere (for graph outputs)."""
+        swap = lambda names: tuple(new if v == value else v for v in names)  # noqa: E731
+        self.nodes = [
+            Node(n.op, swap(n.inputs), swap(n.outputs), n.attrs, n.name) for n in self.nodes
+        ]
+        self.types[new] = self.types.pop(value)
+        self.alias = {k: new if v == value else v for k, v in self.alias.items()}
+        self.renamed_outputs.add(new)
+        return new
 
     def producer(self, value: str) -> int | None:
         for i in range(len(self.nodes) - 1, -1, -1):

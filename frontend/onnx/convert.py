@@ -58,13 +58,19 @@ def load_onnx(
             raise UnsupportedOperatorError(op_type, node.name, SUPPORTED)
         for onnx_name, value in zip(node.outputs, handler(b, node)):
             b.bind(onnx_name, value)
-    outputs = []
-    input_names = {n for n, _ in inputs}
-    for out in g.output:
-        b.where = f"output {out.name!r}"
-        value = b.value(out.name)
-        if value in input_names or (value in b.types and b.claimed.get(out.name) != value):
-            value = b.emit_to("identity", [value], [b.claim(out.name)], out.name)[0]
-        outputs.append(value)
+    outputs = [_output(b, out.name, {n for n, _ in inputs}) for out in g.output]
     name = g.name or (Path(label).stem if not label.startswith("<") else "model")
     return b.finish(name, inputs, outputs)
+
+
+def _output(b: Builder, onnx_name: str, input_names: set[str]) -> str:
+    """The graph value of an ONNX output, under the output's name: a node result that
+    an Identity (or a folded BatchNormalization) left under another name is renamed; an
+    input, or a value that is already another output, is copied by an identity node."""
+    b.where = f"output {onnx_name!r}"
+    value = b.value(onnx_name)
+    if value not in b.types or b.claimed.get(onnx_name) == value:
+        return value  # a constant, or already under its own name
+    if value not in input_names and value not in b.renamed_outputs:
+        return b.rename(value, b.claim(onnx_name))
+    return b.emit_to("identity", [value], [b.claim(onnx_name)], onnx_name)[0]

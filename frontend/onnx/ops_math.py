@@ -97,7 +97,8 @@ def gelu(b: Builder, n: OnnxNode) -> list[str]:
 
 
 def cast(b: Builder, n: OnnxNode) -> list[str]:
-    return [final(b, n, "cast", [x(b, n)], to=dtype_name(n.attr("to"), "Cast's target"))]
+    v, to = x(b, n), dtype_name(n.attr("to"), "Cast's target")
+    return [v] if b.type(v).dtype == to else [final(b, n, "cast", [v], to=to)]
 
 
 def matmul(b: Builder, n: OnnxNode) -> list[str]:

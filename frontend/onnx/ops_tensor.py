@@ -47,7 +47,10 @@ def reshape(b: Builder, n: OnnxNode) -> list[str]:
     v = x(b, n)
     t = b.type(v)
     target = const_ints(b, x(b, n, 1), "Reshape's shape")
-    out = [t.shape[i] if d == 0 and not n.attr("allowzero", 0) else d for i, d in enumerate(target)]
+    copy = not n.attr("allowzero", 0)
+    if copy and any(d == 0 and i >= t.rank for i, d in enumerate(target)):
+        raise b.error(f"shape {target} copies a dim (0) that {t} does not have")
+    out = [t.shape[i] if d == 0 and copy else d for i, d in enumerate(target)]
     if out.count(-1) > 1 or any(d < -1 for d in out):
         raise b.error(f"shape {target} has more than one -1 or a negative dim")
     if -1 in out:

@@ -60,7 +60,6 @@ def test_encoder_reshape_targets_are_folded_to_static_attributes() -> None:
         "softmax",
         "layer_norm",
         "reduce_mean",
-        "identity",
     }
     shapes = {n.attr("shape") for n in graph.nodes if n.op == "reshape"}
     assert shapes == {(1, 16, 4, 16), (1, 16, 64)}
@@ -282,3 +281,25 @@ def test_graph_inputs_keep_their_onnx_names_and_unsafe_names_are_sanitised() -> 
     graph = load_onnx(_single(node, [_f("input ids", [2])], [_f("out(0)", [2])]))
     assert graph.input_names == ("input_ids",) and graph.outputs == ("out_0_",)
     assert graph.nodes[0].name == "Relu_0"
+
+
+def test_outputs_keep_their_names_through_identities() -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Identity", ["r"], ["y"]),
+        helper.make_node("Identity", ["r"], ["z"]),
+        helper.make_node("Identity", ["x"], ["echo"]),
+        helper.make_node("Cast", ["r"], ["same"], to=TensorProto.FLOAT),
+    ]
+    outs = [_f(n, [3]) for n in ("y", "z", "echo", "same")]
+    model = _single(nodes[0], [_f("x", [3])], outs)
+    model.graph.node.extend(nodes[1:])
+    graph = load_onnx(model)
+    assert graph.outputs == ("y", "z", "echo", "same")
+    assert [n.op for n in graph.nodes] == ["relu", "identity", "identity", "identity"]
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    y, z, echo, same = run_graph(graph, [x])
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    np.testing.assert_array_equal(z, y)
+    np.testing.assert_array_equal(same, y)
+    np.testing.assert_array_equal(echo, x)
