@@ -4,6 +4,7 @@
     result = loomtune.tune("matmul", {"m": 256, "n": 256, "k": 256}, trials=32)
     result.kernel(a, b, c)                      # the best kernel, verified
     kernel = loomtune.load_best("matmul", {"m": 256, "n": 256, "k": 256})
+    model = loomtune.load_model("bert.onnx", threads=4)  # outputs = model(input_ids=ids)
 
 A workload is a library operator's name (with parameters), a custom workload
 definition (`loomtune.workload/1`, as a dict or the path of a JSON file), or a
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from codegen.kernel import Kernel
+from codegen.model import CompiledModel
 from ir.task import Task
 from service.client import Client, CoordinatorError
 from tuner.database import DatabaseError, TuningRecord
@@ -26,11 +28,13 @@ from tuner.trace.trace import Trace
 
 __all__ = [
     "Client",
+    "CompiledModel",
     "CoordinatorError",
     "Kernel",
     "Task",
     "TuneResult",
     "load_best",
+    "load_model",
     "task",
     "tune",
 ]
@@ -154,3 +158,36 @@ def load_best(
         raise DatabaseError(f"no correct record of {t.op} on {tgt.canonical()}; tune it first")
     program = Trace.from_json(record.trace).apply(t.program).program
     return compile_program(program, tgt)
+
+
+def load_model(
+    path: str | Path,
+    *,
+    threads: int = 1,
+    target: str = "host",
+    coordinator: str | None = None,
+    token: str | None = None,
+    database_url: str | None = None,
+) -> CompiledModel:
+    """An ONNX model compiled for `target`: call it with numpy arrays, by position or by
+    input name; it returns the outputs as a list. Each task uses its best stored schedule
+    (the local database's, or the coordinator's when one is named), else its default
+    loop nest; nothing is measured. Errors: ModelError (the file), GraphInputError (a call)."""
+    from codegen.host import parse_target
+    from ir.graph.plan import build_plan
+    from service.model import compile_model, load_graph
+
+    tgt = parse_target(target).with_threads(threads)
+    remote = None
+    if coordinator is not None:
+        words = [w for w in target.split() if not w.startswith("-num-threads=")]
+        remote = " ".join([*words, f"-num-threads={threads}"])
+    model, _ = compile_model(
+        build_plan(load_graph(path)),
+        tgt,
+        coordinator=coordinator,
+        token=token,
+        database_url=database_url,
+        remote_target=remote,
+    )
+    return model

@@ -54,6 +54,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     target = host_target(args.threads)
     remote = _remote_target(args)
     if getattr(args, "compile", True):
+        log(f"compiling {len(plan.tasks)} tasks ({len(plan.steps)} kernel calls) ...")
         model, schedules = compile_model(
             plan, target, coordinator=args.coordinator, token=args.token, remote_target=remote
         )
@@ -150,7 +151,6 @@ def cmd_run_model(args: argparse.Namespace) -> int:
     from workers.timing import time_callable, time_interleaved
 
     args.file = args.model
-    log(f"compiling {args.model} ...")
     graph, plan, target, model, schedules = _prepare(args)
     inputs = sample_inputs(graph, seed=0)
     outputs = model(*inputs)
