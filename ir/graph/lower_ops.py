@@ -24,6 +24,7 @@ from ir.errors import GraphError
 from ir.expr import (
     Const,
     Expr,
+    IterVar,
     Reduce,
     call,
     cast,
@@ -112,7 +113,7 @@ class GroupBuilder:
             lazy.at, lazy.reduces, lazy.tensor = m.at, False, m.tensor
         return lazy.at(idx)
 
-    def reduce_axis(self, extent: int) -> object:
+    def reduce_axis(self, extent: int) -> IterVar:
         self._raxes += 1
         return te.reduce_axis(extent, f"r{self._raxes - 1}")
 
