@@ -151,6 +151,9 @@ class Registered(Message):
     leases: int
     lease_seconds: float
     heartbeat_seconds: float
+    strikes: int = 0
+    quarantined_at: datetime | None = None
+    quarantine_reason: str | None = None
 
 
 # -- heartbeat ----------------------------------------------------------------------------

@@ -63,6 +63,11 @@ def add_db_parsers(sub: Any) -> None:
     db_import.add_argument(
         "file", metavar="FILE", help="JSON lines written by `loomtune db export`"
     )
+    db_invalidate = db_sub.add_parser(
+        "invalidate-worker",
+        help="void every record a registered worker posted and quarantine it",
+    )
+    db_invalidate.add_argument("worker_id", type=int, metavar="ID", help="the worker's id")
 
 
 def cmd_best(args: argparse.Namespace) -> int:
@@ -120,9 +125,28 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    return {"upgrade": _db_upgrade, "export": _db_export, "import": _db_import}[args.db_command](
-        args
-    )
+    return {
+        "upgrade": _db_upgrade,
+        "export": _db_export,
+        "import": _db_import,
+        "invalidate-worker": _db_invalidate_worker,
+    }[args.db_command](args)
+
+
+def _db_invalidate_worker(args: argparse.Namespace) -> int:
+    """Every record of a worker becomes invalid (never served, never guiding a search)."""
+    from service.coordinator.trust import invalidate_worker
+    from service.db import models as m
+    from service.db.session import Sessions
+    from service.db.store import open_database
+
+    database = open_database()
+    with Sessions(database.engine).write() as session:
+        if session.get(m.Worker, args.worker_id) is None:
+            raise UsageError(f"worker {args.worker_id} is not registered in this database")
+        count = invalidate_worker(session, args.worker_id)
+    log(f"worker {args.worker_id}: {count} record(s) invalidated; the worker is quarantined")
+    return 0
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:

@@ -464,7 +464,9 @@ def add_candidates(
     ids = dict(
         session.execute(
             select(m.Candidate.trace_hash, m.Candidate.id).where(
-                m.Candidate.job_id == job_id, m.Candidate.trace_hash.in_(set(hashes))
+                m.Candidate.job_id == job_id,
+                m.Candidate.trace_hash.in_(set(hashes)),
+                m.Candidate.confirms == "",
             )
         ).all()
     )
@@ -550,6 +552,17 @@ def finish_job(
         return False
     _end(session, job, status, error)
     return True
+
+
+def withdraw_candidates(session: Session, candidate_ids: Sequence[int]) -> None:
+    """Candidates nobody will measure (a confirmation no other worker is left to make)."""
+    session.execute(
+        update(m.Candidate)
+        .where(
+            m.Candidate.id.in_(list(candidate_ids)), m.Candidate.status.in_(("pending", "leased"))
+        )
+        .values(status="cancelled", lease_expires_at=None)
+    )
 
 
 def _end(session: Session, job: m.Job, status: str, error: str | None) -> None:

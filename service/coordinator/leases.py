@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
+from service.coordinator import trust
 from service.coordinator.errors import Conflict, Forbidden, Invalid, NotFound
 from service.coordinator.jobs import check_target_size, target_id
 from service.coordinator.tokens import Caller
@@ -74,6 +75,7 @@ class WorkerRow:
     owner: str
     target_id: int
     target: str
+    quarantine_reason: str | None = None
 
 
 _WORKERS = m.Worker.__table__
@@ -81,6 +83,7 @@ _CANDIDATES = m.Candidate.__table__
 _JOBS = m.Job.__table__
 _TARGETS = m.Target.__table__
 _RECORDS = m.Record.__table__
+_OBSERVATIONS = m.Observation.__table__
 
 # The hot path's statements, built once with bound parameters (building one costs
 # about as much CPU as running it).
@@ -94,6 +97,8 @@ _TOUCH = (
         _WORKERS.c.owner,
         _WORKERS.c.target_id,
         select(_TARGETS.c.canonical).where(_TARGETS.c.id == _WORKERS.c.target_id).scalar_subquery(),
+        _WORKERS.c.quarantined_at,
+        _WORKERS.c.quarantine_reason,
     )
 )
 _EXTEND = (
@@ -110,7 +115,7 @@ _JOBS_OF_LEASES = select(_JOBS.c.id, _JOBS.c.workload_key, _JOBS.c.workload_spec
     _JOBS.c.id.in_(bindparam("ids", expanding=True))
 )
 _LOCK_JOBS = (
-    select(_JOBS.c.id, _JOBS.c.workload_key, _JOBS.c.target_id)
+    select(_JOBS.c.id, _JOBS.c.workload_key, _JOBS.c.target_id, _JOBS.c.workload_spec)
     .where(
         _JOBS.c.id.in_(
             select(_CANDIDATES.c.job_id)
@@ -131,6 +136,7 @@ _LOCK_CANDIDATES = (
         _CANDIDATES.c.record_id,
         _CANDIDATES.c.trace,
         _CANDIDATES.c.trace_hash,
+        _CANDIDATES.c.confirms,
     )
     .where(_CANDIDATES.c.id.in_(bindparam("ids", expanding=True)))
     .order_by(_CANDIDATES.c.id)
@@ -174,7 +180,25 @@ def touch_worker(
         raise NotFound(f"worker {worker_id} not found")
     if not caller.is_admin and row[2] != caller.owner:
         raise Forbidden(f"worker {worker_id} was registered by another owner")
-    return WorkerRow(*row)
+    if row[5] is not None:
+        raise Quarantined(worker_id, f"worker {worker_id} is quarantined: {row[6]}")
+    return WorkerRow(*row[:5])
+
+
+class Quarantined(Forbidden):
+    """A quarantined worker's request (403): it gets no leases and may post nothing."""
+
+    def __init__(self, worker_id: int, detail: str) -> None:
+        super().__init__(detail)
+        self.worker_id = worker_id
+
+
+class Implausible(Invalid):
+    """A result faster than the target's physical peak allows (422, and a strike)."""
+
+    def __init__(self, loc: Sequence[str | int], msg: str, worker_id: int) -> None:
+        super().__init__(loc, msg)
+        self.worker_id = worker_id
 
 
 def _extend(session: Session, worker_id: int, now: datetime, until: datetime) -> list[int]:
@@ -308,42 +332,120 @@ def submit_results(session: Session, worker: WorkerRow, results: Sequence[Result
         )
     if not fresh:
         return Accepted([], duplicates)
+    _check_plausible(worker, jobs, fresh, {r.candidate_id: i for i, r in enumerate(results)})
     taken = set(session.scalars(_TAKEN_RECORD_IDS, {"ids": [r.record_id for _, r in fresh]}))
     if taken:
         raise Conflict(f"record_id {sorted(taken)[0]} is already another measurement's")
+    tuning = [(row, r) for row, r in fresh if not row.confirms]
+    measured = _measured_before(session, jobs, tuning)
     # One statement per table, not one per result: a post is a handful of round trips.
     per_job: dict[int, int] = {}
-    rows = []
+    rows, observations = [], []
     for row, r in fresh:
         job = jobs[row.job_id]
-        ok = r.status == "ok"
-        rows.append(
-            record_to_row(
-                record_id=r.record_id,
-                workload_key=job.workload_key,
-                target_id=job.target_id,
-                job_id=job.id,
-                candidate_id=row.id,
-                trace=row.trace,
-                trace_hash=row.trace_hash,
-                run_times_ms=r.run_times_ms,
-                median_ms=float(statistics.median(r.run_times_ms)) if ok else None,
-                status=r.status,
-                message=r.message,
-                worker=worker.name[:256],
-                loomtune_version=r.loomtune_version,
-                llvm_version=r.llvm_version,
-                measured_at=now,
+        median = float(statistics.median(r.run_times_ms)) if r.status == "ok" else None
+        earlier = row.confirms or measured.get((job.workload_key, job.target_id, row.trace_hash))
+        if earlier:
+            # A confirmation, or a trace measured before (by another job): another observation.
+            observations.append(
+                {
+                    "record_id": earlier,
+                    "kind": "confirm" if row.confirms else "remeasure",
+                    "worker_id": worker.id,
+                    "job_id": job.id,
+                    "status": r.status,
+                    "median_ms": median,
+                    "run_times": list(r.run_times_ms),
+                    "measured_at": now,
+                }
             )
-        )
-        per_job[row.job_id] = per_job.get(row.job_id, 0) + 1
-    # The trace already measured for this workload and target (by another job): keep the first.
+        else:
+            rows.append(
+                record_to_row(
+                    record_id=r.record_id,
+                    workload_key=job.workload_key,
+                    target_id=job.target_id,
+                    job_id=job.id,
+                    candidate_id=row.id,
+                    trace=row.trace,
+                    trace_hash=row.trace_hash,
+                    run_times_ms=r.run_times_ms,
+                    median_ms=median,
+                    status=r.status,
+                    message=r.message,
+                    worker=worker.name[:256],
+                    loomtune_version=r.loomtune_version,
+                    llvm_version=r.llvm_version,
+                    measured_at=now,
+                    worker_id=worker.id,
+                )
+            )
+        if not row.confirms:
+            per_job[row.job_id] = per_job.get(row.job_id, 0) + 1
     # executemany form: compiled once and cached (a VALUES list of varying length is not)
-    session.execute(_insert_records(session), rows)
+    if rows:
+        session.execute(_insert_records(session), rows)
+    if observations:
+        session.execute(_OBSERVATIONS.insert(), observations)
     session.execute(_FINISH_CANDIDATE, [{"cid": row.id, "rid": r.record_id} for row, r in fresh])
     for job_id, count in per_job.items():
         session.execute(_COUNT_TRIALS, {"jid": job_id, "count": count, "now": now})
+    for row, r in fresh:
+        # A confirmation, or another worker's measurement of a trace already stored: a verdict.
+        job = jobs[row.job_id]
+        earlier = row.confirms or measured.get((job.workload_key, job.target_id, row.trace_hash))
+        if earlier:
+            median = float(statistics.median(r.run_times_ms)) if r.status == "ok" else None
+            trust.confirm(session, earlier, worker.id, r.status, median)
     return Accepted([row.id for row, _ in fresh], duplicates)
+
+
+def _check_plausible(
+    worker: WorkerRow,
+    jobs: dict[int, Any],
+    fresh: Sequence[tuple[Any, Result]],
+    pos: dict[int, int],
+) -> None:
+    """Refuse (422, a strike) an ok result faster than the target's physical peak allows."""
+    from ir.errors import LoomtuneError
+
+    for row, r in fresh:
+        if r.status != "ok":
+            continue
+        job = jobs[row.job_id]
+        try:
+            floor = trust.floor_ms(job.workload_key, dict(job.workload_spec or {}), worker.target)
+        except LoomtuneError:  # a spec this version cannot rebuild: no bound
+            continue
+        median = float(statistics.median(r.run_times_ms))
+        if median < floor:
+            raise Implausible(
+                ("body", "results", pos[row.id], "run_times_ms"),
+                f"a median of {median:.3g} ms is faster than {worker.target} can run this "
+                f"workload at its physical peak ({floor:.3g} ms); counted against worker {worker.id}",
+                worker.id,
+            )
+
+
+def _measured_before(
+    session: Session, jobs: dict[int, Any], tuning: Sequence[tuple[Any, Result]]
+) -> dict[tuple[str, int, str], str]:
+    """(workload, target, trace) -> the record id already stored, for the traces of `tuning`."""
+    groups: dict[tuple[str, int], set[str]] = {}
+    for row, _ in tuning:
+        job = jobs[row.job_id]
+        groups.setdefault((job.workload_key, job.target_id), set()).add(row.trace_hash)
+    found: dict[tuple[str, int, str], str] = {}
+    for (key, tid), hashes in groups.items():
+        for record_id, trace_hash in session.execute(
+            select(_RECORDS.c.record_id, _RECORDS.c.trace_hash).where(
+                _RECORDS.c.workload_key == key,
+                _RECORDS.c.target_id == tid,
+                _RECORDS.c.trace_hash.in_(hashes),
+            )
+        ):
+            found[(key, tid, trace_hash)] = record_id
+    return found
 
 
 def release(

@@ -6,6 +6,7 @@ and `loomtune db export` use, so the API speaks of measurements one way.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
@@ -72,41 +73,96 @@ def record_of_trace(
 
 def best_record(
     session: Session, workload_key: str, target: str
-) -> tuple[TuningRecord, float | None] | None:
-    """The finalists' choice with its re-timed median, else the ok record with the lowest
-    median and None (as `Database.best`); None when there is no ok record."""
+) -> tuple[TuningRecord, float | None, bool] | None:
+    """(record, re-timed median, confirmed): the finalists' choice or the lowest trusted time
+    (as `Database.best`); when no record is trusted, the fastest unconfirmed one, flagged
+    (confirmed False); None when there is no ok record that may be served."""
     target_id = target_id_of(session, target)
     if target_id is None:
         return None
     record = best_record_of(session, workload_key, target_id)
     if record is None:
-        return None
+        found = fetch_records(
+            session,
+            select_records()
+            .where(
+                m.Record.workload_key == workload_key,
+                m.Record.target_id == target_id,
+                m.Record.status == "ok",
+                m.Record.standing == "unconfirmed",
+            )
+            .order_by(m.Record.median_ms, m.Record.measured_at, m.Record.record_id)
+            .limit(1),
+        )
+        return (found[0], None, False) if found else None
     final = final_of(session, workload_key, target_id, target)
-    return record, (
+    retimed = (
         final.retimed_ms if final is not None and final.record_id == record.record_id else None
     )
+    return record, retimed, True
 
 
-def best_of_jobs(session: Session, job_ids: list[int]) -> dict[int, tuple[float, str]]:
-    """job id -> (best median in ms, its record id), for the jobs that have an ok record."""
-    if not job_ids:
+@dataclass(frozen=True)
+class Standing:
+    """What the trust design knows of a record (docs/architecture.md "Trust")."""
+
+    worker_id: int | None
+    standing: str
+    trusted_ms: float | None
+
+
+def standings(session: Session, record_ids: list[str]) -> dict[str, Standing]:
+    if not record_ids:
         return {}
-    best = (
-        select(m.Record.job_id, func.min(m.Record.median_ms).label("best"))
-        .where(m.Record.job_id.in_(job_ids), m.Record.status == "ok")
+    rows = session.execute(
+        select(
+            m.Record.record_id, m.Record.worker_id, m.Record.standing, m.Record.trusted_ms
+        ).where(m.Record.record_id.in_(set(record_ids)))
+    )
+    return {rid: Standing(wid, standing, trusted) for rid, wid, standing, trusted in rows}
+
+
+def _lowest_per_job(
+    session: Session, job_ids: list[int], column: Any, *where: Any
+) -> dict[int, tuple[float, str]]:
+    lowest = (
+        select(m.Record.job_id, func.min(column).label("best"))
+        .where(m.Record.job_id.in_(job_ids), *where)
         .group_by(m.Record.job_id)
         .subquery()
     )
     rows = session.execute(
-        select(m.Record.job_id, m.Record.median_ms, m.Record.record_id)
-        .join(best, (best.c.job_id == m.Record.job_id) & (best.c.best == m.Record.median_ms))
-        .where(m.Record.status == "ok")
+        select(m.Record.job_id, column, m.Record.record_id)
+        .join(lowest, (lowest.c.job_id == m.Record.job_id) & (lowest.c.best == column))
+        .where(*where)
         .order_by(m.Record.job_id, m.Record.measured_at, m.Record.record_id)
     ).all()
     out: dict[int, tuple[float, str]] = {}
-    for job_id, median, record_id in rows:
-        out.setdefault(job_id, (median, record_id))
+    for job_id, value, record_id in rows:
+        out.setdefault(job_id, (value, record_id))
     return out
+
+
+def best_of_jobs(session: Session, job_ids: list[int]) -> dict[int, tuple[float, str]]:
+    """job id -> (best time in ms, its record id): the lowest trusted time among the job's
+    records, else (no record of it trusted yet) the lowest unconfirmed median."""
+    if not job_ids:
+        return {}
+    trusted = _lowest_per_job(
+        session, job_ids, m.Record.trusted_ms, m.Record.trusted_ms.is_not(None)
+    )
+    missing = [j for j in job_ids if j not in trusted]
+    if missing:
+        trusted.update(
+            _lowest_per_job(
+                session,
+                missing,
+                m.Record.median_ms,
+                m.Record.status == "ok",
+                m.Record.standing == "unconfirmed",
+            )
+        )
+    return trusted
 
 
 def list_workloads(

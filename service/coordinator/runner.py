@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from ir.task import Task
-from service.coordinator import jobs
+from service.coordinator import jobs, trust
 from service.db.session import Sessions
 from service.db.store import SQLDatabase
 from tuner.database import TuningRecord
@@ -214,6 +214,7 @@ class JobRunnerService:
             if run.interrupted:
                 return  # this process is stopping: the job's lease expires and another runner resumes it
             self._wait_outstanding(runner, job_id)
+            self._confirm(runner, job_id)
             note = (
                 f"the design space ran out after {run.trials_done} new trials"
                 if run.exhausted
@@ -229,6 +230,30 @@ class JobRunnerService:
             log.exception("job %d failed", job_id)
             with self.sessions.write() as s:
                 jobs.finish_job(s, job_id, self.name, "failed", f"{type(e).__name__}: {e}"[:500])
+
+    def _confirm(self, runner: LeaseRunner, job_id: int) -> None:
+        """Before the job ends, its fastest unconfirmed record is re-timed by another worker
+        (with the trusted best); a refutation moves to the next (docs/architecture.md "Trust").
+
+        A confirmation nobody leases within two lease periods (its only other worker
+        died) is withdrawn: the record stays unconfirmed.
+        """
+        for _ in range(trust.MAX_ROUNDS):
+            with self.sessions.write() as s:
+                ids = trust.start_confirmation(s, job_id, alive_seconds=self.lease_seconds)
+            if not ids:
+                return
+            log.info("job %d: confirming with candidate(s) %s", job_id, ids)
+            deadline = time.monotonic() + 2 * self.lease_seconds + 30
+            while not self._stop.is_set():
+                with self.sessions.read() as s:
+                    if jobs.job_progress(s, job_id).outstanding == 0:
+                        break
+                if time.monotonic() > deadline:
+                    with self.sessions.write() as s:
+                        jobs.withdraw_candidates(s, ids)
+                    return
+                runner.poll([])
 
     def _wait_outstanding(self, runner: LeaseRunner, job_id: int) -> None:
         """Candidates written by an earlier runner of this job count too: wait for them."""

@@ -83,6 +83,7 @@ Id = Annotated[Int, Field(ge=1, le=MAX_ID)]
 RecordStatus = Literal["ok", "compile_error", "runtime_error", "timeout", "wrong_result", "crashed"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Role = Literal["admin", "client", "worker"]
+Standing = Literal["local", "unconfirmed", "confirmed", "refuted", "quarantined", "invalid"]
 
 assert set(RecordStatus.__args__) == set(STATUSES)  # type: ignore[attr-defined]
 
@@ -215,7 +216,14 @@ class RecordOut(BaseModel):
     median_ms: float | None
     status: RecordStatus
     message: str
-    worker: str
+    worker: str = Field(description="a display label (the worker's name)")
+    worker_id: int | None = Field(
+        default=None, description="the registered worker that posted it (None: measured locally)"
+    )
+    standing: Standing = "local"
+    trusted_ms: float | None = Field(
+        default=None, description="the time best ranks by (None: not confirmed)"
+    )
     loomtune_version: str
     llvm_version: str
     measured_at: datetime
@@ -261,6 +269,13 @@ class BestOut(BaseModel):
     )
     run_times_ms: list[float]
     worker: str
+    worker_id: int | None = None
+    standing: Standing = "local"
+    confirmed: bool = Field(
+        default=True,
+        description="false: no trusted record exists and this is one worker's unconfirmed word",
+    )
+    trusted_ms: float | None = Field(default=None, description="the confirmed time, ms")
     trace: dict[str, Any]
     trace_file: TraceFileOut
 
@@ -310,6 +325,11 @@ class WorkerOut(BaseModel):
     last_heartbeat: datetime
     alive: bool
     leases: int = Field(description="leases held now")
+    strikes: int = Field(default=0, description="results refused as physically implausible")
+    quarantined_at: datetime | None = Field(
+        default=None, description="when its results failed confirmation (no more leases)"
+    )
+    quarantine_reason: str | None = None
 
 
 class WorkerRegistered(WorkerOut):

@@ -156,20 +156,36 @@ class CallerCache:
 
 
 def ensure_admin_token(session: Session, secret: str) -> None:
-    """Store LOOMTUNE_ADMIN_TOKEN's hash as an admin token, once (a revoked one stays revoked).
+    """Store LOOMTUNE_ADMIN_TOKEN's hash as an admin token, once (a revoked one stays revoked),
+    and revoke the token an earlier value of the variable stored: rotating the variable
+    rotates the token.
 
     Two coordinators starting together on one database both try: the insert
-    skips a hash that is already there.
+    skips a hash that is already there. (Two started with different values
+    revoke each other's: start them with one.)
     """
+    from sqlalchemy import update
+
     from service.db.store import dialect_insert
 
+    hashed = hash_secret(secret)
     session.execute(
         dialect_insert(session, m.ApiToken)
         .values(
-            hashed_secret=hash_secret(secret),
+            hashed_secret=hashed,
             role="admin",
             owner=ADMIN_TOKEN_OWNER,
             created_at=utc_now(),
+            from_env=True,
         )
         .on_conflict_do_nothing()
+    )
+    session.execute(
+        update(m.ApiToken)
+        .where(
+            m.ApiToken.from_env.is_(True),
+            m.ApiToken.hashed_secret != hashed,
+            m.ApiToken.revoked_at.is_(None),
+        )
+        .values(revoked_at=utc_now())
     )

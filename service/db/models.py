@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     CheckConstraint,
     DateTime,
     Double,
@@ -26,6 +27,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
+from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -110,8 +112,8 @@ class Candidate(Base):
             postgresql_where=text("status IN ('pending', 'leased')"),
             sqlite_where=text("status IN ('pending', 'leased')"),
         ),
-        # A job measures a trace once.
-        UniqueConstraint("job_id", "trace_hash"),
+        # A job measures a trace once, and confirms a record once.
+        UniqueConstraint("job_id", "trace_hash", "confirms"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -124,6 +126,10 @@ class Candidate(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     record_id: Mapped[str | None] = mapped_column(String(36))
     """The record id of the result that finished it: a repeated post of it is a no-op."""
+    confirms: Mapped[str] = mapped_column(String(36), default="", server_default=text("''"))
+    """A confirmation: the id of the record this re-times ('' for a tuning candidate)."""
+    exclude_worker: Mapped[int | None] = mapped_column(Integer)
+    """A worker that may not lease it: the one whose record it confirms."""
 
 
 class Record(Base):
@@ -137,6 +143,9 @@ class Record(Base):
         Index("ix_records_training", "target_id", "measured_at"),
         # a job's records: its history and its best.
         Index(None, "job_id"),
+        # the best confirmed record per (workload, target).
+        Index("ix_records_trusted", "workload_key", "target_id", "trusted_ms"),
+        Index(None, "worker_id"),
         # A trace counts as measured once per (workload, target), across jobs, runs and imports.
         UniqueConstraint("workload_key", "target_id", "trace_hash"),
         CheckConstraint(
@@ -146,6 +155,10 @@ class Record(Base):
         CheckConstraint(
             "(status = 'ok' AND median_ms IS NOT NULL) OR (status <> 'ok' AND median_ms IS NULL)",
             name="median_iff_ok",
+        ),
+        CheckConstraint(
+            "standing IN ('local', 'unconfirmed', 'confirmed', 'refuted', 'quarantined', 'invalid')",
+            name="standing",
         ),
     )
 
@@ -163,8 +176,36 @@ class Record(Base):
     status: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text)
     worker: Mapped[str] = mapped_column(String(256))
+    """A display label: the worker's name (a remote worker's identity is `worker_id`)."""
     loomtune_version: Mapped[str] = mapped_column(String(64))
     llvm_version: Mapped[str] = mapped_column(String(64))
+    measured_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id", ondelete="SET NULL"))
+    """The registered worker that posted it (issued by the coordinator); None: measured locally."""
+    standing: Mapped[str] = mapped_column(String(16), default="local", server_default="local")
+    """How far it is believed (docs/architecture.md "Trust"): local (this machine's own
+    measurement), unconfirmed (one worker's word), confirmed, refuted, quarantined, invalid."""
+    trusted_ms: Mapped[float | None] = mapped_column(Double)
+    """The time `best` ranks by: the median for a local record, the slower of the two
+    workers' medians for a confirmed one, None otherwise."""
+
+
+class Observation(Base):
+    """A further measurement of a stored record's trace: a confirmation, or a re-measurement
+    that the uniqueness of (workload, target, trace) would otherwise drop."""
+
+    __tablename__ = "observations"
+    __table_args__ = (Index(None, "record_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    record_id: Mapped[str] = mapped_column(ForeignKey("records.record_id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    """'confirm' (asked for by the coordinator) or 'remeasure' (another job proposed it again)."""
+    worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id", ondelete="SET NULL"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    status: Mapped[str] = mapped_column(String(16))
+    median_ms: Mapped[float | None] = mapped_column(Double)
+    run_times: Mapped[list[float]] = mapped_column(JSON)
     measured_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
@@ -205,6 +246,11 @@ class Worker(Base):
     """The owner of the worker token that registered it: only that owner drives it."""
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
     last_heartbeat: Mapped[datetime] = mapped_column(UTCDateTime)
+    strikes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Results refused as physically implausible; at `QUARANTINE_STRIKES` it is quarantined."""
+    quarantined_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """Set when its results failed confirmation: no more leases, its unconfirmed records unserved."""
+    quarantine_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class ApiToken(Base):
@@ -218,3 +264,5 @@ class ApiToken(Base):
     owner: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    from_env: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
+    """The LOOMTUNE_ADMIN_TOKEN token: a changed variable revokes it at the next start."""

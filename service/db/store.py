@@ -92,9 +92,18 @@ def record_to_row(
     loomtune_version: str,
     llvm_version: str,
     measured_at: datetime,
+    worker_id: int | None = None,
 ) -> dict[str, Any]:
-    """The values of one records row (the pair of `record_from_row`)."""
+    """The values of one records row (the pair of `record_from_row`).
+
+    A record with a `worker_id` is a remote worker's word (unconfirmed, not trusted);
+    one without is this machine's own measurement or an operator's import (trusted).
+    """
+    remote = worker_id is not None
     return {
+        "worker_id": worker_id,
+        "standing": "unconfirmed" if remote else "local",
+        "trusted_ms": None if remote else median_ms,
         "record_id": record_id,
         "workload_key": workload_key,
         "target_id": target_id,
@@ -129,21 +138,34 @@ def select_records() -> Select[Any]:
 
 _BY_MEDIAN = (m.Record.median_ms, m.Record.measured_at, m.Record.record_id)
 """How ok records rank: lowest median first, ties to the earliest."""
+_BY_TRUSTED = (m.Record.trusted_ms, m.Record.measured_at, m.Record.record_id)
+"""How `best` ranks: the trusted time (docs/architecture.md "Trust")."""
+
+UNSERVED = ("refuted", "quarantined", "invalid")
+"""Standings of records never served, nor used to guide a search."""
+SERVED = m.Record.standing.not_in(UNSERVED)
 
 
 def best_record_of(session: Session, workload_key: str, target_id: int) -> TuningRecord | None:
-    """The finalists' choice, else the ok record with the lowest median (through the best index)."""
-    chosen = select(m.Final.record_id).where(
-        m.Final.workload_key == workload_key, m.Final.target_id == target_id
+    """The finalists' choice, else the record with the lowest trusted time (a local record's
+    median, a confirmed record's confirmed time): one worker's word is never the best here."""
+    chosen = (
+        select(m.Final.record_id)
+        .join(m.Record, m.Record.record_id == m.Final.record_id)
+        .where(
+            m.Final.workload_key == workload_key,
+            m.Final.target_id == target_id,
+            m.Record.trusted_ms.is_not(None),
+        )
     )
     lowest = (
         select(m.Record.record_id)
         .where(
             m.Record.workload_key == workload_key,
             m.Record.target_id == target_id,
-            m.Record.status == "ok",
+            m.Record.trusted_ms.is_not(None),
         )
-        .order_by(*_BY_MEDIAN)
+        .order_by(*_BY_TRUSTED)
         .limit(1)
     )
     best_id = func.coalesce(chosen.scalar_subquery(), lowest.scalar_subquery())
@@ -307,6 +329,7 @@ class SQLDatabase:
                 m.Record.workload_key == workload_key,
                 m.Record.target_id == target_id,
                 m.Record.status == "ok",
+                SERVED,
             )
             .order_by(*_BY_MEDIAN)
             .limit(k)
@@ -335,9 +358,9 @@ class SQLDatabase:
             .where(
                 other.c.workload_key == m.Workload.key,
                 other.c.target_id == target_id,
-                other.c.status == "ok",
+                other.c.trusted_ms.is_not(None),
             )
-            .order_by(other.c.median_ms, other.c.measured_at, other.c.record_id)
+            .order_by(other.c.trusted_ms, other.c.measured_at, other.c.record_id)
             .limit(1)
             .scalar_subquery()
         )
@@ -486,6 +509,7 @@ def _lease_statement() -> Any:
         .where(
             j.c.target_id == bindparam("tid"),
             j.c.status == "running",
+            or_(c.c.exclude_worker.is_(None), c.c.exclude_worker != bindparam("wid")),
             or_(
                 c.c.status == "pending",
                 and_(c.c.status == "leased", c.c.lease_expires_at < bindparam("now")),

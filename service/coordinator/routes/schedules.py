@@ -10,7 +10,7 @@ from sqlalchemy import select
 from service.coordinator import jobs as J
 from service.coordinator.deps import Client, State
 from service.coordinator.errors import Invalid, NotFound
-from service.coordinator.records import best_record, workload_spec
+from service.coordinator.records import best_record, standings, workload_spec
 from service.coordinator.schemas import BestOut, TraceFileOut
 from service.db import models as m
 
@@ -47,7 +47,9 @@ def best_schedule(
     ] = "host",
 ) -> BestOut:
     """The fastest correct record of a workload (`workload_key=`, or `op=` and its parameters) on a target:
-    the one a tuning run's finalists chose when re-timed together, else the lowest stored median."""
+    the one a tuning run's finalists chose when re-timed together, else the lowest trusted time
+    (a local measurement, or one a second worker confirmed); only when none is trusted, the
+    fastest unconfirmed record, with `confirmed: false` (docs/architecture.md "Trust")."""
     from tuner.trace.file import FILE_FORMAT
 
     params = {k: v for k, v in request.query_params.items() if k not in _OWN_QUERY}
@@ -76,7 +78,8 @@ def best_schedule(
         found = best_record(session, key, canonical)
         if found is None:
             raise NotFound(f"no correct record of workload {key} on {canonical}")
-        record, retimed_ms = found
+        record, retimed_ms, confirmed = found
+        known = standings(session, [record.record_id])[record.record_id]
         spec = workload_spec(session, workload)
     assert record.median_ms is not None
     return BestOut(
@@ -90,6 +93,10 @@ def best_schedule(
         retimed_ms=retimed_ms,
         run_times_ms=list(record.run_times_ms),
         worker=record.worker,
+        worker_id=known.worker_id,
+        standing=known.standing,  # type: ignore[arg-type]
+        confirmed=confirmed,
+        trusted_ms=known.trusted_ms,
         trace=dict(record.trace),
         trace_file=TraceFileOut(
             format=FILE_FORMAT, workload=spec, target=record.target, trace=dict(record.trace)

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from service.coordinator import leases as L
+from service.coordinator import trust
 from service.coordinator.deps import Admin, State, WorkerRole
 from service.coordinator.errors import Conflict
 from service.coordinator.schemas import (
@@ -24,7 +25,7 @@ from service.coordinator.schemas import (
     WorkerRegister,
     WorkerRegistered,
 )
-from service.db.session import as_utc
+from service.db.session import as_utc, as_utc_or_none
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
@@ -42,6 +43,9 @@ def worker_out(view: L.WorkerView) -> WorkerOut:
         last_heartbeat=as_utc(w.last_heartbeat),
         alive=view.alive,
         leases=view.leases,
+        strikes=w.strikes or 0,
+        quarantined_at=as_utc_or_none(w.quarantined_at),
+        quarantine_reason=w.quarantine_reason,
     )
 
 
@@ -129,6 +133,11 @@ def results(worker_id: WorkerId, body: ResultsIn, caller: WorkerRole, state: Sta
             accepted = L.submit_results(session, worker, items)
     except Conflict:
         state.metrics.rejected_results.inc()
+        raise
+    except L.Implausible as e:
+        state.metrics.rejected_results.inc()
+        with state.sessions.write() as session:
+            trust.strike(session, e.worker_id, e.msg)
         raise
     by_id = {r.candidate_id: r.status for r in items}
     state.metrics.accepted([by_id[c] for c in accepted.accepted])

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from service.coordinator import jobs as J
 from service.coordinator.deps import Client, State
 from service.coordinator.errors import NotFound
-from service.coordinator.records import list_workloads, records_of_workload
+from service.coordinator.records import list_workloads, records_of_workload, standings
 from service.coordinator.schemas import (
     MAX_ID,
     RecordList,
@@ -75,6 +75,7 @@ def workload_records(
         records = records_of_workload(
             session, key, target=canonical, status=status, limit=limit, offset=offset
         )
+        known = standings(session, [r.record_id for r in records])
     return RecordList(
         workload_key=key,
         records=[
@@ -90,6 +91,9 @@ def workload_records(
                 status=r.status,  # type: ignore[arg-type]
                 message=r.message,
                 worker=r.worker,
+                worker_id=known[r.record_id].worker_id,
+                standing=known[r.record_id].standing,  # type: ignore[arg-type]
+                trusted_ms=known[r.record_id].trusted_ms,
                 loomtune_version=r.loomtune_version,
                 llvm_version=r.llvm_version,
                 measured_at=r.measured_at,

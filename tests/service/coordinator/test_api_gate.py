@@ -121,3 +121,23 @@ def test_an_owner_past_max_active_jobs_gets_429(sqlite_url: str) -> None:
         api.call("POST", f"/v1/jobs/{first['id']}/cancel", alice)
         assert api.call("POST", "/v1/jobs", alice, json=body).status_code == 201
     api.engine.dispose()
+
+
+def test_a_changed_admin_token_revokes_the_old_one(sqlite_url: str) -> None:
+    old, new = "lt_old-admin-0123456789abcdef", "lt_new-admin-0123456789abcdef"
+    for secret in (old, new):
+        api, client = make_api(sqlite_url, admin_token=secret)
+        with client:
+            assert api.call("GET", "/v1/tokens", secret).status_code == 200
+        api.engine.dispose()
+    api, client = make_api(sqlite_url, admin_token=new)
+    with client:
+        assert api.call("GET", "/v1/tokens", old).status_code == 401
+        assert api.call("GET", "/v1/tokens", new).status_code == 200
+        r = api.call("POST", "/v1/tokens", new, json={"role": "admin"})
+        created = r.json()["secret"]  # an admin token made through the API is not rotated
+    api.engine.dispose()
+    api, client = make_api(sqlite_url, admin_token=new)
+    with client:
+        assert api.call("GET", "/v1/tokens", created).status_code == 200
+    api.engine.dispose()

@@ -1,0 +1,255 @@
+"""Results are evidence, not truth: plausibility, confirmation and quarantine of workers.
+
+docs/architecture.md "Trust" is the design; this module is its mechanics:
+
+- `floor_ms`: the least time a workload can take on a target (its work at the
+  target's physical peak, generously); a faster result is refused (422) and a
+  strike against its worker;
+- `start_confirmation`: at the end of a job, its fastest unconfirmed record that
+  would beat the trusted best is re-measured, with the trusted best, by another
+  worker (confirmation candidates: `candidates.confirms`, never leased to the
+  record's own worker);
+- `confirm`: a confirmation's verdict on the record it re-timed;
+- `quarantine`, `invalidate_worker`: a worker caught lying gets no more leases and
+  its unconfirmed records are never served; an operator can void all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from service.db import models as m
+from tuner.database import utc_now
+
+PEAK_HZ = 6e9
+"""A generous clock: no CPU a worker runs on sustains more."""
+FMA_UNITS = 2
+FLOPS_PER_FMA = 2
+TOLERANCE = 1.5
+"""Two honest workers' medians of one kernel agree within this factor (drift on a shared
+VM is up to 25%); beyond it the faster claim is refuted."""
+QUARANTINE_STRIKES = 3
+"""Implausible results a worker may post before it is quarantined."""
+MAX_ROUNDS = 3
+"""Confirmations a job's end tries (each refutation moves to the next contender)."""
+
+_FLOORS: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+
+def work_of(task: Any) -> int:
+    """Arithmetic operations a workload needs at least: the library's FLOPs, else one per
+    element of every compute and step of its reduction."""
+    if task.flops:
+        return int(task.flops)
+    from ir.expr import Reduce
+
+    total = 0
+    for tensor in task.workload.computes():
+        n = math.prod(tensor.concrete_shape())
+        body = tensor.op.body
+        if isinstance(body, Reduce):
+            n *= math.prod(int(a.extent.value) for a in body.axes)
+        total += n
+    return total
+
+
+def floor_ms(workload_key: str, spec: dict[str, Any], target: str) -> float:
+    """The least plausible time in ms of the workload on `target`: its work done at
+    threads x vector lanes x 2 FMA units x 2 flops x 6 GHz (4x the lanes for 8-bit data)."""
+    key = (workload_key, target)
+    if key in _FLOORS:
+        return _FLOORS[key]
+    from codegen.host import parse_target
+    from ir import dtype as dt
+    from ir.task import task_from_spec
+
+    task = task_from_spec(spec)
+    parsed = parse_target(target)
+    narrowest = min((dt.bits(t.dtype) for t in task.workload.inputs), default=32)
+    lanes = max(1, parsed.vector_bits // max(8, min(32, narrowest)))
+    peak = parsed.num_threads * lanes * FMA_UNITS * FLOPS_PER_FMA * PEAK_HZ
+    floor = work_of(task) / peak * 1e3
+    _FLOORS[key] = floor
+    while len(_FLOORS) > 256:
+        _FLOORS.popitem(last=False)
+    return floor
+
+
+def strike(session: Session, worker_id: int, reason: str) -> bool:
+    """Count an implausible result against a worker; True when that quarantined it."""
+    strikes = session.scalar(
+        update(m.Worker)
+        .where(m.Worker.id == worker_id)
+        .values(strikes=m.Worker.strikes + 1)
+        .returning(m.Worker.strikes)
+    )
+    if strikes is not None and strikes >= QUARANTINE_STRIKES:
+        quarantine(session, worker_id, f"{strikes} implausible results; the last: {reason}")
+        return True
+    return False
+
+
+def quarantine(session: Session, worker_id: int, reason: str) -> None:
+    """No more leases for the worker; its unconfirmed records are never served; its leases go back."""
+    now = utc_now()
+    session.execute(
+        update(m.Worker)
+        .where(m.Worker.id == worker_id, m.Worker.quarantined_at.is_(None))
+        .values(quarantined_at=now, quarantine_reason=reason[:2000])
+    )
+    session.execute(
+        update(m.Record)
+        .where(m.Record.worker_id == worker_id, m.Record.standing == "unconfirmed")
+        .values(standing="quarantined", trusted_ms=None)
+    )
+    session.execute(
+        update(m.Candidate)
+        .where(m.Candidate.lease_holder == worker_id, m.Candidate.status == "leased")
+        .values(status="pending", lease_holder=None, lease_expires_at=None)
+    )
+
+
+def invalidate_worker(session: Session, worker_id: int) -> int:
+    """Void every record of a worker (`loomtune db invalidate-worker`); how many. Quarantines it."""
+    ids = list(session.scalars(select(m.Record.record_id).where(m.Record.worker_id == worker_id)))
+    quarantine(session, worker_id, "invalidated by an operator")
+    if ids:
+        session.execute(
+            update(m.Record)
+            .where(m.Record.record_id.in_(ids))
+            .values(standing="invalid", trusted_ms=None)
+        )
+        session.execute(delete(m.Final).where(m.Final.record_id.in_(ids)))
+    return len(ids)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    record_id: str
+    confirmed: bool
+    reason: str
+
+
+def confirm(
+    session: Session,
+    record_id: str,
+    confirmer: int,
+    status: str,
+    median_ms: float | None,
+) -> Verdict | None:
+    """A confirmation's verdict on the record it re-timed (None: the record is gone or local).
+
+    Confirmed when the confirmer measured it ok and at most `TOLERANCE` times slower:
+    its trusted time is then the slower of the two medians, so neither worker alone
+    makes it faster. Refuted otherwise, and its worker is quarantined.
+    """
+    record = session.get(m.Record, record_id)
+    if record is None or record.worker_id is None or record.status != "ok":
+        return None
+    assert record.median_ms is not None
+    if record.worker_id == confirmer:
+        return None  # never leased so; a worker does not confirm itself
+    if status == "ok" and median_ms is not None and median_ms <= record.median_ms * TOLERANCE:
+        slower = max(record.median_ms, median_ms)
+        if record.standing in ("unconfirmed", "confirmed"):
+            record.standing = "confirmed"
+            record.trusted_ms = (
+                slower if record.trusted_ms is None else max(record.trusted_ms, slower)
+            )
+        return Verdict(record_id, True, f"worker {confirmer} measured {median_ms:.6g} ms")
+    said = f"{median_ms:.6g} ms" if median_ms is not None else status
+    reason = (
+        f"record {record_id}: worker {record.worker_id} posted {record.median_ms:.6g} ms, "
+        f"worker {confirmer} measured {said}"
+    )
+    record.standing = "refuted"
+    record.trusted_ms = None
+    session.execute(delete(m.Final).where(m.Final.record_id == record_id))
+    quarantine(session, record.worker_id, f"failed confirmation: {reason}")
+    return Verdict(record_id, False, reason)
+
+
+def trusted_best(session: Session, workload_key: str, target_id: int) -> m.Record | None:
+    return session.scalar(
+        select(m.Record)
+        .where(
+            m.Record.workload_key == workload_key,
+            m.Record.target_id == target_id,
+            m.Record.trusted_ms.is_not(None),
+        )
+        .order_by(m.Record.trusted_ms, m.Record.measured_at, m.Record.record_id)
+        .limit(1)
+    )
+
+
+def start_confirmation(session: Session, job_id: int, *, alive_seconds: float) -> list[int]:
+    """Confirmation candidates for the job's fastest unconfirmed record, when it would beat the
+    trusted best of its workload and target and another live worker can re-time it; their ids
+    ([] when there is nothing to confirm, or nobody to confirm it)."""
+    job = session.get(m.Job, job_id)
+    if job is None:
+        return []
+    best = trusted_best(session, job.workload_key, job.target_id)
+    query = (
+        select(m.Record)
+        .where(
+            m.Record.job_id == job_id,
+            m.Record.status == "ok",
+            m.Record.standing == "unconfirmed",
+        )
+        .order_by(m.Record.median_ms, m.Record.measured_at)
+        .limit(1)
+    )
+    if best is not None:
+        query = query.where(m.Record.median_ms < best.trusted_ms)
+    contender = session.scalar(query)
+    if contender is None or contender.worker_id is None:
+        return []
+    if not _confirmers(session, job.target_id, contender.worker_id, alive_seconds):
+        return []
+    records = [contender] + ([best] if best is not None and best.worker_id is not None else [])
+    ids = []
+    for record in records:
+        candidate = m.Candidate(
+            job_id=job_id,
+            trace=dict(record.trace),
+            trace_hash=record.trace_hash,
+            status="pending",
+            attempts=0,
+            confirms=record.record_id,
+            exclude_worker=contender.worker_id,
+        )
+        existing = session.scalar(
+            select(m.Candidate.id).where(
+                m.Candidate.job_id == job_id, m.Candidate.confirms == record.record_id
+            )
+        )
+        if existing is not None:
+            continue
+        session.add(candidate)
+        session.flush()
+        ids.append(candidate.id)
+    return ids
+
+
+def _confirmers(session: Session, target_id: int, excluded: int, alive_seconds: float) -> int:
+    """Live workers in good standing of the target, other than `excluded`."""
+    since = utc_now() - timedelta(seconds=alive_seconds)
+    return int(
+        session.scalar(
+            select(func.count()).where(
+                m.Worker.target_id == target_id,
+                m.Worker.id != excluded,
+                m.Worker.quarantined_at.is_(None),
+                m.Worker.last_heartbeat >= since,
+            )
+        )
+        or 0
+    )

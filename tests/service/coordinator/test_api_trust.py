@@ -1,0 +1,120 @@
+"""Results are evidence: an implausible time is refused and counted, one worker's word is
+never the best while a confirmed record exists, a liar is quarantined, a re-measurement
+is kept (docs/architecture.md "Trust"). The job runner's part is played through its seam."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.coordinator import trust
+from tests.service.coordinator.apikit import Api, result
+
+BEST = "/v1/schedules/best?op=matmul&m=16&n=16&k=16"
+
+
+def _lease(api: Api, secret: str, wid: int, n: int = 1) -> list[int]:
+    r = api.call("POST", f"/v1/workers/{wid}/lease", secret, json={"max_candidates": n})
+    assert r.status_code == 200, r.text
+    return [c["candidate_id"] for c in r.json()["candidates"]]
+
+
+def _post(api: Api, secret: str, wid: int, cid: int, median: float) -> Any:
+    return api.call(
+        "POST", f"/v1/workers/{wid}/results", secret, json={"results": [result(cid, median)]}
+    )
+
+
+def _confirm_round(api: Api, job_id: int) -> list[int]:
+    with api.sessions.write() as s:
+        return trust.start_confirmation(s, job_id, alive_seconds=60)
+
+
+def test_an_impossible_time_is_422_and_three_quarantine_the_worker(sqlite_api: Api) -> None:
+    api = sqlite_api
+    liar = api.token("worker", "mallory")
+    job = api.submit(api.token("client"), trials=4)
+    api.run_job(job["id"], 4)
+    wid = api.register(liar, name="honest-host-1")
+    for attempt in range(3):
+        (cid,) = _lease(api, liar, wid)
+        r = _post(api, liar, wid, cid, 1e-300)
+        assert r.status_code == 422 and "physical peak" in r.json()["detail"][0]["msg"], r.text
+        assert r.json()["detail"][0]["loc"] == ["body", "results", 0, "run_times_ms"]
+        api.call("POST", f"/v1/workers/{wid}/release", liar)
+    r = api.call("POST", f"/v1/workers/{wid}/lease", liar, json={"max_candidates": 1})
+    assert r.status_code == 403 and "quarantined" in r.json()["detail"], r.text
+    workers = api.call("GET", "/v1/workers", api.token("admin")).json()["workers"]
+    assert workers[0]["strikes"] == 3 and workers[0]["quarantined_at"] is not None
+    assert api.count("SELECT count(*) FROM records") == 0
+
+
+def test_a_plausible_lie_is_refuted_by_another_worker_and_never_served(sqlite_api: Api) -> None:
+    api = sqlite_api
+    client = api.token("client")
+    liar_token, lab = api.token("worker", "mallory"), api.token("worker", "lab")
+    liar, honest, third = (
+        api.register(liar_token, name="liar"),
+        api.register(lab, name="a"),
+        api.register(lab, name="b"),
+    )
+    job = api.submit(client, trials=2)
+    api.run_job(job["id"], 2)
+    (lied,) = _lease(api, liar_token, liar)
+    assert _post(api, liar_token, liar, lied, 0.1).status_code == 200  # truth: 1.0 ms
+    (fair,) = _lease(api, lab, honest)
+    assert _post(api, lab, honest, fair, 1.0).status_code == 200
+    # one worker's word only: served, but flagged
+    best = api.call("GET", BEST, client).json()
+    assert (
+        best["latency_ms"] == 0.1
+        and best["confirmed"] is False
+        and best["standing"] == "unconfirmed"
+    )
+
+    # the job's end: the fastest unconfirmed record is re-timed by another worker
+    ids = _confirm_round(api, job["id"])
+    assert len(ids) == 1 and _lease(api, liar_token, liar) == []  # never by its own worker
+    assert _lease(api, lab, honest) == ids
+    assert _post(api, lab, honest, ids[0], 1.02).status_code == 200
+    records = api.call("GET", f"/v1/workloads/{best['workload_key']}/records", client).json()
+    standing = {r["median_ms"]: (r["standing"], r["worker_id"]) for r in records["records"]}
+    assert standing[0.1] == ("refuted", liar)  # the lie, visible
+    assert api.call("POST", f"/v1/workers/{liar}/lease", liar_token, json={}).status_code == 403
+
+    # next round: the honest record, by the third worker
+    ids = _confirm_round(api, job["id"])
+    assert len(ids) == 1 and _lease(api, lab, honest) == []
+    assert _lease(api, lab, third) == ids
+    assert _post(api, lab, third, ids[0], 1.1).status_code == 200
+    best = api.call("GET", BEST, client).json()
+    assert best["confirmed"] is True and best["worker_id"] == honest
+    assert best["trusted_ms"] == 1.1  # the slower of the two medians
+    assert _confirm_round(api, job["id"]) == []  # nothing left to confirm
+    shown = api.call("GET", f"/v1/jobs/{job['id']}", client).json()
+    assert shown["best_latency_ms"] == 1.1
+
+
+def test_a_remeasurement_is_another_observation_and_invalidation_voids_a_worker(
+    sqlite_api: Api,
+) -> None:
+    api = sqlite_api
+    client, lab = api.token("client"), api.token("worker", "lab")
+    first, second = api.register(lab, name="a"), api.register(lab, name="b")
+    job = api.submit(client, trials=1)
+    api.run_job(job["id"], 1)
+    (cid,) = _lease(api, lab, first)
+    assert _post(api, lab, first, cid, 1.0).status_code == 200
+    api.call("POST", f"/v1/jobs/{job['id']}/cancel", client)
+    again = api.submit(client, trials=1)
+    api.run_job(again["id"], 1)  # the same stand-in trace
+    (cid,) = _lease(api, lab, second)
+    assert _post(api, lab, second, cid, 1.2).status_code == 200
+    assert api.count("SELECT count(*) FROM records") == 1
+    assert api.count("SELECT count(*) FROM observations WHERE kind = 'remeasure'") == 1
+    # another worker measured it within the tolerance: that confirms it
+    assert api.count("SELECT count(*) FROM records WHERE standing = 'confirmed'") == 1
+
+    with api.sessions.write() as s:
+        assert trust.invalidate_worker(s, first) == 1
+    assert api.count("SELECT count(*) FROM records WHERE standing = 'invalid'") == 1
+    assert api.call("GET", BEST, client).status_code == 404
