@@ -10,11 +10,17 @@ weights (an OIHW→HWIO transpose, a folded Gemm transpose), and every kernel ca
 bound to its argument pointers. A call then checks the inputs (names, shapes, dtypes:
 one-line `GraphInputError`s), copies them into the arena, runs the bound calls in order
 and returns copies of the outputs. Not thread-safe: one arena, one call at a time.
+
+Weights are held once: the model keeps the arrays its kernels read and nothing else —
+not the plan's graphs, whose constants include the originals the load-time nodes
+rearranged (a conv weight's OIHW beside its HWIO). A graph constant the kernels read
+as it is stays shared with the graph (no copy when it is already aligned), so a caller
+that keeps the graph pays nothing twice either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 
 import numpy as np
 
@@ -22,28 +28,42 @@ from codegen.host import host_target
 from codegen.kernel import Kernel, KernelRuntimeError, compile_program
 from ir import dtype as dt
 from ir.arrays import aligned_copy, aligned_empty
-from ir.graph.graph import Graph
+from ir.graph.graph import Graph, TensorType, make_graph
 from ir.graph.interpret import bind_inputs
 from ir.graph.ops import OPS
-from ir.graph.plan import ModelPlan
+from ir.graph.plan import ModelPlan, PlanTask, Step
 from ir.graph.tasks import Arg
 from ir.program import Program
 from ir.target import Target
 
 
-def prepare_constants(plan: ModelPlan) -> dict[str, np.ndarray]:
+def prepare_constants(plan: ModelPlan, keep: Set[str] | None = None) -> dict[str, np.ndarray]:
     """The weights as the kernels read them: the graph's constants, then the load-time
-    nodes' results (each computed once), every array 64-byte aligned."""
+    nodes' results (each computed once), every array 64-byte aligned. With `keep`, only
+    those values are returned, and a constant is copied (for alignment) only when kept;
+    the load-time nodes' inputs are dropped as soon as nothing later reads them."""
     g = plan.graph
-    values: dict[str, np.ndarray] = {k: aligned_copy(a) for k, a in g.constants.items()}
-    for node in plan.prepare:
+    last_read = {v: i for i, node in enumerate(plan.prepare) for v in node.inputs if v}
+    wanted = set(g.constants) | {v for node in plan.prepare for v in node.outputs}
+    if keep is not None:
+        wanted &= set(keep) | set(last_read)
+    values: dict[str, np.ndarray] = {
+        k: aligned_copy(a) if keep is None or k in keep else a
+        for k, a in g.constants.items()
+        if k in wanted
+    }
+    for i, node in enumerate(plan.prepare):
         results = OPS[node.op].evaluate([values[v] if v else None for v in node.inputs], node)
         for v, r in zip(node.outputs, results):
             t = g.types[v]
             values[v] = aligned_copy(
                 np.ascontiguousarray(r, dtype=dt.to_numpy(t.dtype)).reshape(t.shape)
             )
-    return values
+        if keep is not None:
+            for v in node.inputs:
+                if v and last_read.get(v) == i and v not in keep:
+                    del values[v]  # an original rearranged: not held beside its new layout
+    return values if keep is None else {k: a for k, a in values.items() if k in keep}
 
 
 class CompiledModel:
@@ -55,9 +75,17 @@ class CompiledModel:
         programs: Mapping[str, Program] | None = None,
         target: Target | None = None,
     ) -> None:
-        self.plan = plan
+        # The plan is read here and not kept: its graphs hold every original weight.
         self.target = target or host_target()
         programs = programs or {}
+        self.tasks: tuple[PlanTask, ...] = plan.tasks
+        self.steps: tuple[Step, ...] = plan.steps
+        self.inputs: tuple[tuple[str, TensorType], ...] = plan.inputs
+        self.outputs: tuple[str, ...] = plan.outputs
+        # Only the signature (no nodes, no weights): what `bind_inputs` checks a call against.
+        self._signature: Graph = make_graph(
+            plan.source.name, plan.inputs, (), {}, plan.source.input_names
+        )
         self.kernels: list[Kernel] = [
             compile_program(
                 programs.get(t.task.key, t.task.program), self.target, symbol=f"loomtune_model_k{i}"
@@ -65,36 +93,35 @@ class CompiledModel:
             for i, t in enumerate(plan.tasks)
         ]
         self.arena = aligned_empty((max(plan.arena_bytes, 1),), np.uint8)
-        constants = prepare_constants(plan)
-        used = {plan.base(a.value) for s in plan.steps for a in s.inputs}
-        used |= {plan.base(v) for v in plan.outputs}
-        self.constants = {k: a for k, a in constants.items() if k in used}
-        self._inputs = [(name, self._array(Arg(name, t.shape))) for name, t in plan.inputs]
+        read = {plan.base(a.value) for s in plan.steps for a in s.inputs}
+        read |= {plan.base(v) for v in plan.outputs}
+        self.constants: dict[str, np.ndarray] = prepare_constants(plan, read - set(plan.slots))
+        self._inputs = [(name, self._array(plan, Arg(name, t.shape))) for name, t in plan.inputs]
         self._calls: list[Callable[[], int]] = [
             self.kernels[s.task].bind_call(
-                *(self._array(a) for a in s.inputs), self._array(s.output)
+                *(self._array(plan, a) for a in s.inputs), self._array(plan, s.output)
             )
             for s in plan.steps
         ]
-        self._outputs = [self._array(Arg(v, plan.graph.types[v].shape)) for v in plan.outputs]
-
-    @property
-    def graph(self) -> Graph:
-        """The model's graph as imported (its inputs and outputs are the call's)."""
-        return self.plan.source
+        self._outputs = [self._array(plan, Arg(v, plan.graph.types[v].shape)) for v in plan.outputs]
 
     @property
     def kernel_calls(self) -> int:
         """Kernels run per inference."""
         return len(self._calls)
 
-    def _array(self, arg: Arg) -> np.ndarray:
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights the kernels read: all the model holds besides its arena."""
+        return sum(a.nbytes for a in self.constants.values())
+
+    def _array(self, plan: ModelPlan, arg: Arg) -> np.ndarray:
         """The memory of a value, as the shape the argument declares."""
-        base = self.plan.base(arg.value)
-        slot = self.plan.slots.get(base)
+        base = plan.base(arg.value)
+        slot = plan.slots.get(base)
         if slot is None:
             return self.constants[base].reshape(arg.shape)
-        dtype = dt.to_numpy(self.plan.graph.types[base].dtype)
+        dtype = dt.to_numpy(plan.graph.types[base].dtype)
         raw = self.arena[slot.offset : slot.offset + slot.nbytes]
         return raw.view(dtype).reshape(arg.shape)
 
@@ -103,7 +130,7 @@ class CompiledModel:
         for i, call in enumerate(self._calls):
             rc = call()
             if rc != 0:
-                task = self.plan.tasks[self.plan.steps[i].task]
+                task = self.tasks[self.steps[i].task]
                 raise KernelRuntimeError(
                     f"kernel {i} ({task.pattern}) failed with code {rc} (out of memory?)"
                 )
@@ -112,7 +139,7 @@ class CompiledModel:
         """Check the inputs against the graph's and copy them into the arena."""
         if arrays and named:
             raise TypeError("pass the inputs by position or by name, not both")
-        given = bind_inputs(self.graph, named if named else arrays)
+        given = bind_inputs(self._signature, named if named else arrays)
         for name, dst in self._inputs:
             np.copyto(dst, given[name])
 

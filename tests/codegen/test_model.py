@@ -3,6 +3,10 @@ Runtime, one kernel per distinct task, inputs checked with one-line errors."""
 
 from __future__ import annotations
 
+import gc
+import types
+import weakref
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -82,3 +86,48 @@ def test_a_wrong_input_is_one_line_naming_it(make, message: str) -> None:
     assert message in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(GraphInputError, match=r"inputs missing \['x'\]"):
         model(y=x)
+
+
+def _array_owners(*roots: object) -> dict[int, int]:
+    """The memory blocks (an owning array's id: its bytes) reachable from `roots`, following
+    containers, instances, closures and array bases but not modules, types or globals."""
+    owners: dict[int, int] = {}
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, type | types.ModuleType):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            while isinstance(obj.base, np.ndarray):
+                obj = obj.base
+            owners[id(obj)] = obj.nbytes
+        elif isinstance(obj, types.FunctionType):
+            stack += [*(obj.__closure__ or ()), *(obj.__defaults__ or ())]
+        else:
+            stack += gc.get_referents(obj)
+    return owners
+
+
+def test_the_weights_are_held_once() -> None:
+    """The conv net's weights are rearranged at load (OIHW → HWIO): the compiled model holds
+    the arena and the arrays its kernels read, not the originals beside them."""
+    graph = load_onnx(conv_net())
+    plan = build_plan(graph)
+    conv_weights = {v for node in plan.prepare for v in node.inputs if v in plan.graph.constants}
+    assert conv_weights, "the conv net has no weight rearranged at load"
+    originals = [weakref.ref(plan.graph.constants[v]) for v in conv_weights]
+    model = CompiledModel(plan)
+    read = {plan.base(a.value) for s in plan.steps for a in s.inputs} - set(plan.slots)
+    assert set(model.constants) == read
+    expected = _array_owners(model.arena, *model.constants.values())
+    assert sum(_array_owners(model).values()) == sum(expected.values())
+    assert model.weight_bytes == sum(a.nbytes for a in model.constants.values())
+    weights = sum(a.nbytes for a in graph.constants.values())
+    assert model.weight_bytes <= weights
+    del graph, plan
+    gc.collect()
+    assert all(ref() is None for ref in originals)  # the OIHW copies are gone
+    x = np.random.default_rng(5).uniform(-1, 1, model.inputs[0][1].shape).astype(np.float32)
+    assert not np.isnan(model(x)[0]).any()
