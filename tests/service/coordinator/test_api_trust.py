@@ -35,7 +35,7 @@ def test_an_impossible_time_is_422_and_three_quarantine_the_worker(sqlite_api: A
     job = api.submit(api.token("client"), trials=4)
     api.run_job(job["id"], 4)
     wid = api.register(liar, name="honest-host-1")
-    for attempt in range(3):
+    for _ in range(3):
         (cid,) = _lease(api, liar, wid)
         r = _post(api, liar, wid, cid, 1e-300)
         assert r.status_code == 422 and "physical peak" in r.json()["detail"][0]["msg"], r.text
