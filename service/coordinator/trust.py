@@ -37,6 +37,9 @@ TOLERANCE = 1.5
 VM is up to 25%); beyond it the faster claim is refuted."""
 QUARANTINE_STRIKES = 3
 """Implausible results a worker may post before it is quarantined."""
+HIDING = ("crashed", "wrong_result")
+"""Failures a worker could claim to hide a good candidate: deterministic for a correct kernel,
+so another worker measuring the trace ok refutes them (timeouts can be load: not these)."""
 MAX_ROUNDS = 3
 """Confirmations a job's end tries (each refutation moves to the next contender)."""
 
@@ -151,11 +154,13 @@ def confirm(
     makes it faster. Refuted otherwise, and its worker is quarantined.
     """
     record = session.get(m.Record, record_id)
-    if record is None or record.worker_id is None or record.status != "ok":
+    if record is None or record.worker_id is None or record.worker_id == confirmer:
+        return None  # local, or its own worker again (never leased so)
+    if record.status != "ok":
+        if status == "ok" and record.status in HIDING:
+            return _refute(session, record, f"worker {confirmer} measured it ok")
         return None
     assert record.median_ms is not None
-    if record.worker_id == confirmer:
-        return None  # never leased so; a worker does not confirm itself
     if status == "ok" and median_ms is not None and median_ms <= record.median_ms * TOLERANCE:
         slower = max(record.median_ms, median_ms)
         if record.standing in ("unconfirmed", "confirmed"):
@@ -165,15 +170,19 @@ def confirm(
             )
         return Verdict(record_id, True, f"worker {confirmer} measured {median_ms:.6g} ms")
     said = f"{median_ms:.6g} ms" if median_ms is not None else status
-    reason = (
-        f"record {record_id}: worker {record.worker_id} posted {record.median_ms:.6g} ms, "
-        f"worker {confirmer} measured {said}"
-    )
+    return _refute(session, record, f"worker {confirmer} measured {said}")
+
+
+def _refute(session: Session, record: m.Record, what: str) -> Verdict:
+    """The record's claim failed: it is never served, and its worker is quarantined."""
+    claim = f"{record.median_ms:.6g} ms" if record.median_ms is not None else record.status
+    reason = f"record {record.record_id}: worker {record.worker_id} posted {claim}, {what}"
     record.standing = "refuted"
     record.trusted_ms = None
-    session.execute(delete(m.Final).where(m.Final.record_id == record_id))
+    session.execute(delete(m.Final).where(m.Final.record_id == record.record_id))
+    assert record.worker_id is not None
     quarantine(session, record.worker_id, f"failed confirmation: {reason}")
-    return Verdict(record_id, False, reason)
+    return Verdict(record.record_id, False, reason)
 
 
 def trusted_best(session: Session, workload_key: str, target_id: int) -> m.Record | None:

@@ -118,3 +118,26 @@ def test_a_remeasurement_is_another_observation_and_invalidation_voids_a_worker(
         assert trust.invalidate_worker(s, first) == 1
     assert api.count("SELECT count(*) FROM records WHERE standing = 'invalid'") == 1
     assert api.call("GET", BEST, client).status_code == 404
+
+
+def test_a_crash_claim_refuted_by_another_worker_quarantines_its_poster(sqlite_api: Api) -> None:
+    api = sqlite_api
+    client, lab, bad = api.token("client"), api.token("worker", "lab"), api.token("worker", "x")
+    hider, honest = api.register(bad, name="x"), api.register(lab, name="a")
+    job = api.submit(client, trials=1)
+    api.run_job(job["id"], 1)
+    (cid,) = _lease(api, bad, hider)
+    r = api.call(
+        "POST",
+        f"/v1/workers/{hider}/results",
+        bad,
+        json={"results": [result(cid, status="crashed")]},
+    )
+    assert r.status_code == 200, r.text
+    api.call("POST", f"/v1/jobs/{job['id']}/cancel", client)
+    again = api.submit(client, trials=1)
+    api.run_job(again["id"], 1)
+    (cid,) = _lease(api, lab, honest)
+    assert _post(api, lab, honest, cid, 1.0).status_code == 200
+    assert api.count("SELECT count(*) FROM records WHERE standing = 'refuted'") == 1
+    assert api.count("SELECT count(*) FROM workers WHERE quarantined_at IS NOT NULL") == 1
