@@ -1,4 +1,4 @@
-"""``python -m benchmarks run [--suite NAME] [--quick] [--out DIR] [--seed S]`` · ``python -m benchmarks report``.
+"""``python -m benchmarks run [--suite NAME] [--quick] [--out DIR] [--seed S]`` · ``models`` · ``report``.
 
 Every ``run`` and ``tune`` writes its full result into ``--out`` (default
 ``benchmarks/results/``, ignored by git) and appends one line to the record
@@ -123,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--record", type=Path, default=None, help=RECORD_HELP)
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--wait-quiet", type=float, default=None, metavar="S")
+    _models_parser(sub)
     report = sub.add_parser(
         "report", help="regenerate docs/results.md (and README.md's results block) from the record"
     )
@@ -140,6 +141,74 @@ def _parser() -> argparse.ArgumentParser:
         "repository's)",
     )
     return parser
+
+
+def _models_parser(sub: argparse._SubParsersAction) -> None:
+    models = sub.add_parser(
+        "models",
+        help="whole models (BERT-base, ResNet-18, MobileNetV2) against ONNX Runtime "
+        "and PyTorch (needs torch, the bench extra)",
+    )
+    models.add_argument(
+        "--models",
+        default="bert,resnet18,mobilenetv2",
+        metavar="NAMES",
+        help="comma-separated: bert, resnet18, mobilenetv2 (default all three)",
+    )
+    models.add_argument("--threads", type=int, default=1, help="threads of every engine (1)")
+    models.add_argument("--quick", action="store_true", help="tiny models: a smoke test")
+    models.add_argument("--no-memory", action="store_true", help="skip the peak-RSS children")
+    models.add_argument("--out", type=Path, default=None, help="result folder")
+    models.add_argument("--record", type=Path, default=None, help=RECORD_HELP)
+    models.add_argument("--seed", type=int, default=0, help="seed of weights and inputs (0)")
+    models.add_argument(
+        "--wait-quiet", type=float, default=None, metavar="S",
+        help="before each timing wait up to S seconds for a quiet machine (default 60, quick 0)",
+    )  # fmt: skip
+
+
+def _models(args: argparse.Namespace, command: str) -> int:
+    from benchmarks import common, report
+    from benchmarks.models import definitions
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("the models benchmark needs PyTorch: pip install torch==2.13.0", file=sys.stderr)
+        return 2
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(definitions.MODELS))
+    if unknown or not names:
+        print(
+            f"unknown models {unknown}; expected some of {list(definitions.MODELS)}",
+            file=sys.stderr,
+        )
+        return 2
+    from benchmarks.models.run import report_tables, run_and_write
+
+    result, path = run_and_write(
+        models=names,
+        threads=args.threads,
+        quick=args.quick,
+        seed=args.seed,
+        quiet_wait_s=args.wait_quiet
+        if args.wait_quiet is not None
+        else (0.0 if args.quick else 60.0),
+        memory=not args.no_memory,
+        out_dir=args.out or common.RESULTS_DIR,
+        record=args.record or common.RECORD,
+        command=command,
+        environment={"unset": UNSET_ENVIRONMENT},
+        log=common.log,
+    )
+    for caption, table, note in report_tables(result):
+        if caption:
+            print(caption)
+        print(report.text_table(table))
+        if note:
+            print(note)
+    print(f"\nwrote {path}", file=sys.stderr)
+    return 0 if all(row["correct"] for row in result["rows"]) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "tune":
         return _tune(args, command)
+    if args.command == "models":
+        return _models(args, command)
 
     from benchmarks import results_doc
 

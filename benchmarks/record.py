@@ -108,6 +108,7 @@ def versions(result: dict[str, Any]) -> dict[str, str]:
         "torch": tune.get("torch"),
         "tvm": ((tune.get("tvm") or {}).get("versions") or {}).get("apache-tvm"),
     }
+    out |= ((result.get("models") or {}).get("versions")) or {}
     return {k: v for k, v in out.items() if v}
 
 
@@ -240,6 +241,39 @@ def _scheduler_replay(result: dict[str, Any]) -> dict[str, list[Row]]:
     }
 
 
+def _models(result: dict[str, Any]) -> dict[str, list[Row]]:
+    """Per model: tasks, latency against ONNX Runtime and PyTorch, correctness; memory apart."""
+    engines = ("loomtune", "onnxruntime", "torch")
+    rows = [
+        {
+            "model": r["model"],
+            "tasks": r["tasks"],
+            "kernels": r["kernels"],
+            "tuned_tasks": r["tuned_tasks"],
+            "loomtune_ms": r.get("loomtune_ms"),
+            "onnxruntime_ms": r.get("onnxruntime_ms"),
+            "torch_ms": r.get("torch_ms"),
+            "x_onnxruntime": r.get("x_onnxruntime"),
+            "x_torch": r.get("x_torch"),
+            "repeats": (r.get("measure") or {}).get("repeat"),
+            "correct": r["correct"],
+            "max_abs_err": r.get("max_abs_err"),
+        }
+        for r in result["rows"]
+    ]
+    memory = [
+        {
+            "model": r["model"],
+            "weights_mb": r.get("weights_mb"),
+            **{f"{e}_peak_mb": (r["rss"].get(e) or {}).get("peak_mb") for e in engines},
+            **{f"{e}_holds_mb": (r["rss"].get(e) or {}).get("held_mb") for e in engines},
+        }
+        for r in result["rows"]
+        if r.get("rss")
+    ]
+    return {"rows": rows, "memory": memory}
+
+
 HEADLINES: dict[str, Headline] = {
     "timed": _timed,
     "compile": _compile,
@@ -248,6 +282,7 @@ HEADLINES: dict[str, Headline] = {
     "cost_model": _cost_model,
     "service": _service,
     "scheduler_replay": _scheduler_replay,
+    "models": _models,
 }
 
 

@@ -36,8 +36,18 @@ SUITE_ORDER = (
     "db",
     "cost_model",
     "service",
+    "models",
 )
-TABLES = (("rows", None), ("scaling", "Threads, timed interleaved:"), ("extras", "Extras:"))
+TABLES = (
+    ("rows", None),
+    ("scaling", "Threads, timed interleaved:"),
+    ("extras", "Extras:"),
+    (
+        "memory",
+        "Memory (MiB; peak = VmHWM of a child process that loads the model and runs it once; "
+        "holds = its VmRSS then, less its VmRSS after the engine's imports):",
+    ),
+)
 TITLES = {
     "ms": "loomtune ms",
     "numpy_ms": "numpy ms",
@@ -70,6 +80,19 @@ TITLES = {
     "x_torch": "× PyTorch",
     "x_tvm": "× TVM",
     "tune_s": "tuning s",
+    "tuned_tasks": "tuned",
+    "loomtune_ms": "loomtune ms",
+    "onnxruntime_ms": "ONNX Runtime ms",
+    "torch_ms": "PyTorch ms",
+    "x_onnxruntime": "× ONNX Runtime",
+    "max_abs_err": "max abs err",
+    "weights_mb": "weights",
+    "loomtune_peak_mb": "loomtune peak",
+    "onnxruntime_peak_mb": "ONNX Runtime peak",
+    "torch_peak_mb": "PyTorch peak",
+    "loomtune_holds_mb": "loomtune holds",
+    "onnxruntime_holds_mb": "ONNX Runtime holds",
+    "torch_holds_mb": "PyTorch holds",
 }
 PERCENT = {"gradient_change", "foresight_change", "gradient_below"}
 

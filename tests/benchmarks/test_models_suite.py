@@ -1,0 +1,53 @@
+"""`python -m benchmarks models --quick`: tiny BERT, ResNet and MobileNetV2 from torch.nn,
+exported, imported, compiled, checked against ONNX Runtime, timed beside it and PyTorch.
+
+No timed assertions (the machine is shared): the record's line has its fields, every
+model is correct, the ratios come from the run's own timings and the page renders.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import record, results_doc
+from benchmarks.__main__ import main
+
+pytest.importorskip("torch", reason="the models benchmark needs PyTorch (the bench extra)")
+
+
+def test_quick_models_run_appends_one_correct_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOMTUNE_BENCH_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "record.jsonl"
+    out = tmp_path / "raw"
+    assert main(["models", "--quick", "--out", str(out), "--record", str(path)]) == 0
+    (line,) = record.load(path)
+    assert line["suite"] == "models" and line["kind"] == "models" and line["quick"] is True
+    assert {"torch", "onnxruntime"} <= line["versions"].keys()
+    assert [r["model"] for r in line["rows"]] == ["bert", "resnet18", "mobilenetv2"]
+    for r in line["rows"]:
+        assert r["correct"] is True and r["max_abs_err"] < 1e-3
+        assert r["tasks"] <= r["kernels"] and r["tuned_tasks"] == 0  # a fresh database
+        ms = r["loomtune_ms"], r["onnxruntime_ms"], r["torch_ms"]
+        assert all(m > 0 for m in ms)
+        assert r["x_onnxruntime"] == pytest.approx(ms[1] / ms[0], rel=1e-3)
+        assert r["x_torch"] == pytest.approx(ms[2] / ms[0], rel=1e-3)
+    bert = line["rows"][0]
+    assert bert["tasks"] < bert["kernels"]  # the two layers share their tasks
+    (memory,) = line["memory"]  # quick: the first model's memory only
+    assert memory["model"] == "bert" and memory["weights_mb"] > 0
+    for engine in ("loomtune", "onnxruntime", "torch"):
+        assert memory[f"{engine}_peak_mb"] > 0 and memory[f"{engine}_holds_mb"] is not None
+    (raw,) = out.glob("models-*.json")
+    full = json.loads(raw.read_text(encoding="utf-8"))
+    tasks = full["rows"][0]["task_list"]
+    assert max(t["count"] for t in tasks) >= 2 and sum(t["count"] for t in tasks) == 24
+    assert full["rows"][0]["torch_correct"] is True
+    assert len(list((tmp_path / "cache" / "models").glob("*.onnx"))) == 3
+    quick = {**line, "quick": False}  # the page shows full runs only
+    page = results_doc.document([quick])
+    assert "## models" in page and "× ONNX Runtime" in page and "loomtune peak" in page
