@@ -5,6 +5,7 @@
     result.kernel(a, b, c)                      # the best kernel, verified
     kernel = loomtune.load_best("matmul", {"m": 256, "n": 256, "k": 256})
     model = loomtune.load_model("bert.onnx", threads=4)  # outputs = model(input_ids=ids)
+    tuned = loomtune.tune_model("bert.onnx", trials=512)  # tuned.model, tuned.tasks
 
 A workload is a library operator's name (with parameters), a custom workload
 definition (`loomtune.workload/1`, as a dict or the path of a JSON file), or a
@@ -23,6 +24,7 @@ from codegen.kernel import Kernel
 from codegen.model import CompiledModel
 from ir.task import Task
 from service.client import Client, CoordinatorError
+from service.tuning import ModelTaskState, ModelTuneResult
 from tuner.database import DatabaseError, TuningRecord
 from tuner.trace.trace import Trace
 
@@ -31,12 +33,15 @@ __all__ = [
     "CompiledModel",
     "CoordinatorError",
     "Kernel",
+    "ModelTaskState",
+    "ModelTuneResult",
     "Task",
     "TuneResult",
     "load_best",
     "load_model",
     "task",
     "tune",
+    "tune_model",
 ]
 
 
@@ -191,3 +196,35 @@ def load_model(
         remote_target=remote,
     )
     return model
+
+
+def tune_model(
+    path: str | Path,
+    *,
+    trials: int = 64,
+    threads: int = 1,
+    seed: int = 0,
+    strategy: str | None = None,
+    database_url: str | None = None,
+) -> ModelTuneResult:
+    """Tune an ONNX model's distinct tasks under one budget on this machine, then compile it
+    with the best schedules, verify it and time it against ONNX Runtime.
+
+    `trials` is the model's whole budget on this target: trials already stored for its tasks
+    count, so tuning it again with the same budget measures nothing. The result holds the
+    compiled model (`.model`), per-task results (`.tasks`: `key`, `pattern`, `count`,
+    `trials`, `best_ms`, `share`), `.latency_ms` and `.onnxruntime_ms`. Errors: ModelError
+    (the file); DatabaseError when the best schedules make the model wrong."""
+    from service.tuning import tune_model as run
+
+    result = run(
+        path,
+        trials=trials,
+        threads=threads,
+        seed=seed,
+        strategy=strategy,
+        database=_database(database_url),
+    )
+    if result.check is not None and not result.check.correct:
+        raise DatabaseError(f"the best stored schedules make {path} wrong: {result.check.problem}")
+    return result

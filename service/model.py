@@ -28,6 +28,7 @@ from ir.graph.graph import Graph
 from ir.graph.plan import ModelPlan
 from ir.program import Program
 from ir.target import Target
+from tuner.database import Database
 
 TOLERANCE_REL = 1e-3
 TOLERANCE_ABS = 1e-5
@@ -58,16 +59,18 @@ def stored_schedules(
     coordinator: str | None = None,
     token: str | None = None,
     database_url: str | None = None,
+    database: Database | None = None,
 ) -> Schedules:
     """The best stored schedule of every task of `plan` on `target` (canonical, or for a
-    coordinator any target string it resolves), replayed onto the task's program."""
+    coordinator any target string it resolves), replayed onto the task's program; locally
+    from `database` when given (a tuning run's own), else the one `database_url` names."""
     from tuner.trace.errors import TraceError
     from tuner.trace.trace import Trace
 
     traces = (
         _remote_traces(plan, target, coordinator, token)
         if coordinator is not None
-        else _local_traces(plan, target, database_url)
+        else _local_traces(plan, target, database_url, database)
     )
     programs: dict[str, Program] = {}
     problems = []
@@ -82,10 +85,13 @@ def stored_schedules(
     return Schedules(programs, tuple(problems))
 
 
-def _local_traces(plan: ModelPlan, target: str, database_url: str | None) -> dict[str, Any]:
-    from service.db.store import open_database
+def _local_traces(
+    plan: ModelPlan, target: str, database_url: str | None, database: Database | None
+) -> dict[str, Any]:
+    if database is None:
+        from service.db.store import open_database
 
-    database = open_database(database_url)
+        database = open_database(database_url)
     out = {}
     for t in plan.tasks:
         record = database.best(t.task.key, target)
@@ -118,11 +124,17 @@ def compile_model(
     token: str | None = None,
     database_url: str | None = None,
     remote_target: str | None = None,
+    database: Database | None = None,
 ) -> tuple[CompiledModel, Schedules]:
     """The compiled model with each task's best stored schedule (else its default nest)."""
     lookup = remote_target if coordinator is not None and remote_target else target.canonical()
     schedules = stored_schedules(
-        plan, lookup, coordinator=coordinator, token=token, database_url=database_url
+        plan,
+        lookup,
+        coordinator=coordinator,
+        token=token,
+        database_url=database_url,
+        database=database,
     )
     return CompiledModel(plan, schedules.programs, target), schedules
 
@@ -196,3 +208,64 @@ def onnxruntime_session(path: str | os.PathLike, threads: int) -> Any | None:
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """A compiled model checked on seeded inputs and timed: what `run --model` and
+    `tune --model` report. `problem` names the first wrong output (None: correct)."""
+
+    problem: str | None
+    max_abs_err: float
+    latency_ms: float | None
+    onnxruntime_ms: float | None
+
+    @property
+    def correct(self) -> bool:
+        return self.problem is None
+
+    @property
+    def speedup_vs_onnxruntime(self) -> float | None:
+        if not self.latency_ms or not self.onnxruntime_ms:
+            return None
+        return self.onnxruntime_ms / self.latency_ms
+
+
+def check_model(
+    path: str | os.PathLike,
+    graph: Graph,
+    model: CompiledModel,
+    threads: int,
+    *,
+    timing: bool = True,
+) -> ModelCheck:
+    """Verify `model` against the graph's numpy interpreter and (when installed) ONNX Runtime
+    on seeded inputs; then, if correct and `timing`, time it against ONNX Runtime at the same
+    thread count in one interleaved call (so both see the same machine state)."""
+    from ir.graph.interpret import run_graph
+    from workers.compare import COMPARE_CONFIG
+    from workers.timing import time_callable, time_interleaved
+
+    inputs = sample_inputs(graph, seed=0)
+    outputs = model(*inputs)
+    names = list(graph.outputs)
+    problem, err = check_outputs(outputs, run_graph(graph, inputs), names)
+    session = onnxruntime_session(path, threads)
+    feed: dict[str, np.ndarray] = {}
+    if session is not None:
+        feed = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
+        ort_problem, ort_err = check_outputs(outputs, session.run(None, feed), names)
+        if problem is None and ort_problem is not None:
+            problem = f"against ONNX Runtime: {ort_problem}"
+        err = max(err, ort_err)
+    latency = ort_ms = None
+    if problem is None and timing:
+        model.set_inputs(*inputs)
+        if session is not None:
+            mine, theirs = time_interleaved(
+                [model.run, lambda: session.run(None, feed)], COMPARE_CONFIG
+            )
+            latency, ort_ms = mine.median_ms, theirs.median_ms
+        else:
+            latency = time_callable(model.run, COMPARE_CONFIG).median_ms
+    return ModelCheck(problem, err, latency, ort_ms)

@@ -4,18 +4,28 @@
 by default), the design space for the target, the strategy by name, the local
 pool of measurement processes, the loop; then the few best stored records are
 re-timed together and the fastest is compiled once more and timed against
-numpy, interleaved, in this process (`workers/finalists.py`).
+numpy, interleaved, in this process (`workers/finalists.py`). Several weighted
+workloads share one budget through the task scheduler (`tune_tasks`); a whole
+model's distinct tasks do too (`ModelTuning`, `tune --model`), where the budget
+is the model's in all, so that tuning it again measures only what is left.
 """
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from codegen.host import host_target
 from codegen.kernel import Kernel, compile_program
+from codegen.model import CompiledModel
+from ir.graph.graph import Graph
+from ir.graph.plan import ModelPlan
 from ir.target import Target
 from ir.task import Task
+from service.model import ModelCheck, Schedules
 from tuner.database import Database, TuningRecord
 from tuner.runner import Runner
 from tuner.search.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
@@ -228,3 +238,287 @@ def tune_tasks(
         t.run.interrupted = scheduler.interrupted
         outcomes.append(_finish(t.task, target, name, t.run, database, compare))
     return TasksOutcome(outcomes, [w for _, w in tasks], scheduler.order)
+
+
+# --- a whole model: its distinct tasks under one budget --------------------------------------
+
+
+@dataclass
+class ModelTaskState:
+    """One distinct task of a model being tuned: what is stored, what this run added."""
+
+    key: str
+    op: str
+    pattern: str
+    count: int
+    stored: int
+    """Records of the task on the target before this run (failures included)."""
+    best_ms: float | None
+    trials_done: int = 0
+    share: float | None = None
+    """count × best_ms over the model's sum of them; None while the task has no best."""
+
+    @property
+    def trials(self) -> int:
+        """Trials the task has had on the target in all, this run's included."""
+        return self.stored + self.trials_done
+
+
+@dataclass
+class ModelTuneResult:
+    """A model after `tune_model`: per-task results and the compiled model (best schedules),
+    checked against the interpreter and ONNX Runtime (`check`; None when not asked)."""
+
+    path: str
+    graph: Graph
+    plan: ModelPlan
+    target: Target
+    trials: int
+    """The model's budget: trials over its tasks on this target, earlier runs' included."""
+    trials_done: int
+    tuning_seconds: float
+    stop_reason: str
+    tasks: list[ModelTaskState]
+    model: CompiledModel
+    schedules: Schedules
+    check: ModelCheck | None
+
+    @property
+    def correct(self) -> bool | None:
+        return self.check.correct if self.check is not None else None
+
+    @property
+    def latency_ms(self) -> float | None:
+        return self.check.latency_ms if self.check is not None else None
+
+    @property
+    def onnxruntime_ms(self) -> float | None:
+        return self.check.onnxruntime_ms if self.check is not None else None
+
+
+def stored_trials(database: Database, keys: Sequence[str], target: str) -> dict[str, int]:
+    """Records per workload key on `target` (every status): the trials already spent."""
+    from service.db.store import SQLDatabase
+
+    if isinstance(database, SQLDatabase):
+        from sqlalchemy import func, select
+
+        from service.db import models as m
+
+        query = (
+            select(m.Record.workload_key, func.count())
+            .join(m.Target, m.Target.id == m.Record.target_id)
+            .where(m.Target.canonical == target, m.Record.workload_key.in_(list(keys)))
+            .group_by(m.Record.workload_key)
+        )
+        with database.sessions() as session:
+            counts = {k: int(n) for k, n in session.execute(query)}
+    else:  # InMemoryDatabase (tests): no query language, but its records are at hand
+        records = getattr(database, "_records", {}).values()
+        counts = dict(Counter(r.workload_key for r in records if r.target == target))
+    return {k: counts.get(k, 0) for k in keys}
+
+
+def _best_ms(database: Database, key: str, target: str) -> float | None:
+    """The stored best's time: its finalists' re-timing when it won one, else its median."""
+    best = database.best(key, target)
+    if best is None:
+        return None
+    final = database.final(key, target)
+    if final is not None and final.record_id == best.record_id:
+        return final.retimed_ms
+    return best.median_ms
+
+
+def _shares(tasks: Sequence[ModelTaskState]) -> None:
+    total = sum(t.count * t.best_ms for t in tasks if t.best_ms is not None)
+    for t in tasks:
+        t.share = t.count * t.best_ms / total if t.best_ms is not None and total > 0 else None
+
+
+class ModelTuning:
+    """Tuning one model: `--trials` is the model's whole budget on this target.
+
+    The trials already stored for its distinct tasks count as spent, so a run measures
+    only what is left (`remaining`): the same model tuned twice with the same budget
+    measures nothing the second time, and a model sharing tasks with one tuned before
+    starts from their records. The budget goes to the tasks with the task scheduler,
+    each weighted by how often it runs; its gradient policy weighs count × best latency,
+    so as measurements arrive the tasks that dominate the model's time get more.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        trials: int,
+        threads: int = 1,
+        seed: int = 0,
+        strategy: str | None = None,
+        database: Database | None = None,
+    ) -> None:
+        from ir.graph.plan import build_plan
+        from service.model import load_graph
+
+        if database is None:
+            from service.db.store import open_database
+
+            database = open_database()
+        self.path = str(path)
+        self.graph = load_graph(path)
+        self.plan = build_plan(self.graph)
+        self.target = host_target(threads)
+        self.canonical = self.target.canonical()
+        self.trials = trials
+        self.seed = seed
+        self.strategy = strategy or default_strategy()
+        self.database = database
+        keys = [t.task.key for t in self.plan.tasks]
+        stored = stored_trials(database, keys, self.canonical)
+        self.tasks = [
+            ModelTaskState(
+                t.task.key,
+                t.op,
+                t.pattern,
+                t.count,
+                stored[t.task.key],
+                _best_ms(database, t.task.key, self.canonical),
+            )
+            for t in self.plan.tasks
+        ]
+        self.remaining = max(0, trials - sum(stored.values()))
+        self.runs: list[TuneRun | None] = [None] * len(self.tasks)
+        self.interrupted = False
+        self.seconds = 0.0
+
+    def tune(
+        self,
+        *,
+        runner: Runner | None = None,
+        on_trial: Callable[[int, Trial], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """Measure the remaining budget; `on_trial(task index, trial)` after each result, with
+        the task's `best_ms` already updated. How many trials were done."""
+        import time
+
+        from tuner.search.task_scheduler import SchedulerConfig, TaskScheduler, scheduled_tasks
+
+        if self.remaining == 0:
+            return 0
+        start = time.perf_counter()
+        scheduled = scheduled_tasks(
+            [(t.task, float(t.count)) for t in self.plan.tasks],
+            target=self.canonical,
+            database=self.database,
+            space_of=lambda t: make_space(t, self.target),
+            strategy=self.strategy,
+            seed=self.seed,
+        )
+        index = {id(s): i for i, s in enumerate(scheduled)}
+        for s, state in zip(scheduled, self.tasks):
+            # What is stored is where the scheduler starts: no warm-up batch for a task that
+            # has records, and its weighted latency known from the first decision.
+            s.run.history = [state.best_ms] * state.stored
+
+        def count(s: Any, trial: Trial) -> None:
+            i = index[id(s)]
+            state = self.tasks[i]
+            state.trials_done += 1
+            ms = trial.result.median_ms if trial.result.ok else None
+            if ms is not None and (state.best_ms is None or ms < state.best_ms):
+                state.best_ms = ms
+            if on_trial is not None:
+                on_trial(i, trial)
+
+        own_runner = runner is None
+        if runner is None:
+            from workers.pool import LocalPool
+
+            runner = LocalPool(threads=self.target.num_threads)
+        scheduler = TaskScheduler(
+            scheduled,
+            target=self.canonical,
+            runner=runner,
+            database=self.database,
+            config=SchedulerConfig(seed=self.seed),
+        )
+        try:
+            done = scheduler.run(self.remaining, on_trial=count, should_stop=should_stop)
+        finally:
+            if own_runner:
+                runner.close()
+            self.seconds += time.perf_counter() - start
+        self.interrupted = scheduler.interrupted
+        self.runs = [s.run for s in scheduled]
+        return done
+
+    def finish(self, *, check: bool = True, timing: bool = True) -> ModelTuneResult:
+        """Re-time the finalists of every task this run measured (the database's best from
+        then on), compile the model with the best schedules, and (`check`) verify it and time
+        it against ONNX Runtime."""
+        from service.model import check_model, compile_model
+
+        for plan_task, state in zip(self.plan.tasks, self.tasks):
+            if state.trials_done:
+                _finish(
+                    plan_task.task,
+                    self.target,
+                    self.strategy,
+                    TuneRun(trials=0),
+                    self.database,
+                    compare=False,
+                )
+            state.best_ms = _best_ms(self.database, state.key, self.canonical)
+        _shares(self.tasks)
+        model, schedules = compile_model(self.plan, self.target, database=self.database)
+        result = (
+            check_model(self.path, self.graph, model, self.target.num_threads, timing=timing)
+            if check
+            else None
+        )
+        return ModelTuneResult(
+            self.path,
+            self.graph,
+            self.plan,
+            self.target,
+            self.trials,
+            sum(t.trials_done for t in self.tasks),
+            self.seconds,
+            self._stop_reason(),
+            self.tasks,
+            model,
+            schedules,
+            result,
+        )
+
+    def _stop_reason(self) -> str:
+        done = sum(t.trials_done for t in self.tasks)
+        if self.remaining == 0:
+            spent = sum(t.stored for t in self.tasks)
+            return f"budget of {self.trials} trials already spent ({spent} stored)"
+        if self.interrupted:
+            return f"interrupted after {done} of {self.remaining} trials"
+        if done < self.remaining:
+            return f"the design spaces ran out of new candidates after {done} trials"
+        return f"budget of {self.trials} trials spent ({done} this run)"
+
+
+def tune_model(
+    path: str | os.PathLike,
+    *,
+    trials: int,
+    threads: int = 1,
+    seed: int = 0,
+    strategy: str | None = None,
+    database: Database | None = None,
+    runner: Runner | None = None,
+    check: bool = True,
+) -> ModelTuneResult:
+    """Tune a model's tasks up to a budget of `trials` (stored trials count), then compile,
+    verify and time it (`ModelTuning` in one call)."""
+    tuning = ModelTuning(
+        path, trials=trials, threads=threads, seed=seed, strategy=strategy, database=database
+    )
+    tuning.tune(runner=runner)
+    return tuning.finish(check=check)

@@ -145,67 +145,66 @@ def _print_inspect(result: dict[str, Any], plan: Any, target: Any) -> None:
 
 def cmd_run_model(args: argparse.Namespace) -> int:
     """`run --model`: compile, verify (interpreter and ONNX Runtime), time against ONNX Runtime."""
-    from ir.graph.interpret import run_graph
-    from service.model import check_outputs, onnxruntime_session, sample_inputs
-    from workers.compare import COMPARE_CONFIG
-    from workers.timing import time_callable, time_interleaved
+    from service.model import check_model
 
     args.file = args.model
     graph, plan, target, model, schedules = _prepare(args)
-    inputs = sample_inputs(graph, seed=0)
-    outputs = model(*inputs)
-    names = list(graph.outputs)
-    problem, err = check_outputs(outputs, run_graph(graph, inputs), names)
-    session = onnxruntime_session(args.model, args.threads)
-    feed = {}
-    if session is not None:
-        feed = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
-        ort_problem, ort_err = check_outputs(outputs, session.run(None, feed), names)
-        if problem is None and ort_problem is not None:
-            problem = f"against ONNX Runtime: {ort_problem}"
-        err = max(err, ort_err)
-    latency = ort_ms = None
-    if problem is None:
-        log("timing (interleaved with ONNX Runtime) ..." if session else "timing ...")
-        model.set_inputs(*inputs)
-        if session is not None:
-            mine, theirs = time_interleaved(
-                [model.run, lambda: session.run(None, feed)], COMPARE_CONFIG
-            )
-            latency, ort_ms = mine.median_ms, theirs.median_ms
-        else:
-            latency = time_callable(model.run, COMPARE_CONFIG).median_ms
-    result = {
-        "model": str(args.model),
-        "model_key": graph.key,
-        "target": target.canonical(),
-        "threads": args.threads,
-        "tasks": len(plan.tasks),
-        "tuned_tasks": sum(schedules.tuned(t.task.key) for t in plan.tasks),
-        "kernels": model.kernel_calls,
-        "correct": problem is None,
-        "latency_ms": latency,
-        "onnxruntime_ms": ort_ms,
-        "speedup_vs_onnxruntime": ort_ms / latency if latency and ort_ms else None,
-        "max_abs_err": err,
-    }
-    if problem is not None:
-        result["error"] = problem
+    log(timing_note())
+    check = check_model(args.model, graph, model, args.threads)
+    result = run_fields(args.model, graph, plan, target, model, schedules, check)
     if args.json:
         print_json(result)
     else:
-        _print_run(result)
-    if problem is not None:
-        log(f"loomtune: the compiled model is wrong: {problem}")
+        print_run(result)
+    return model_exit(check)
+
+
+def timing_note() -> str:
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
+        return "verifying and timing ..."
+    return "verifying and timing (interleaved with ONNX Runtime) ..."
+
+
+def run_fields(
+    path: str, graph: Any, plan: Any, target: Any, model: Any, schedules: Any, check: Any
+) -> dict[str, Any]:
+    """`run --model --json`'s object (DESIGN.md "Models"); `tune --model` extends it."""
+    result = {
+        "model": str(path),
+        "model_key": graph.key,
+        "target": target.canonical(),
+        "threads": target.num_threads,
+        "tasks": len(plan.tasks),
+        "tuned_tasks": sum(schedules.tuned(t.task.key) for t in plan.tasks),
+        "kernels": model.kernel_calls,
+        "correct": check.correct,
+        "latency_ms": check.latency_ms,
+        "onnxruntime_ms": check.onnxruntime_ms,
+        "speedup_vs_onnxruntime": check.speedup_vs_onnxruntime,
+        "max_abs_err": check.max_abs_err,
+    }
+    if check.problem is not None:
+        result["error"] = check.problem
+    return result
+
+
+def model_exit(check: Any) -> int:
+    """0, or (a wrong model) one line on stderr and exit 1."""
+    if check.problem is not None:
+        log(f"loomtune: the compiled model is wrong: {check.problem}")
         return EXIT_INCORRECT
     return 0
 
 
-def _print_run(r: dict[str, Any]) -> None:
+def print_run(r: dict[str, Any], tasks: int | None = None) -> None:
+    """The model's table (loomtune vs ONNX Runtime) and its summary line."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{r['model']}: {r['tasks']} tasks, {r['kernels']} kernels")
+    n = r["tasks"] if tasks is None else tasks
+    table = Table(title=f"{r['model']}: {n} tasks, {r['kernels']} kernels")
     for col in ("", "latency (ms)", "vs ONNX Runtime"):
         table.add_column(col, justify="right")
     if r["correct"]:
@@ -218,5 +217,150 @@ def _print_run(r: dict[str, Any]) -> None:
     Console().print(table)
     print(
         f"correct: {r['correct']}  max |error|: {r['max_abs_err']:.3g}  tuned tasks: "
-        f"{r['tuned_tasks']}/{r['tasks']}  threads: {r['threads']}  target: {r['target']}"
+        f"{r['tuned_tasks']}/{n}  threads: {r['threads']}  target: {r['target']}"
     )
+
+
+def cmd_tune_model(args: argparse.Namespace) -> int:
+    """`tune --model`: the model's tasks under one budget, then the model verified and timed."""
+    from service.cli.tune import graceful_interrupt
+    from service.tuning import ModelTuning
+
+    tuning = ModelTuning(
+        args.model,
+        trials=args.trials,
+        threads=args.threads,
+        seed=args.seed,
+        strategy=args.strategy,
+    )
+    spent = sum(t.stored for t in tuning.tasks)
+    if tuning.remaining == 0:
+        log(f"budget of {args.trials} trials already spent ({spent} stored): nothing to measure")
+    else:
+        log(
+            f"tuning {len(tuning.tasks)} tasks under one budget of {args.trials} trials "
+            f"({spent} stored, {tuning.remaining} to measure), {args.threads} thread(s)"
+        )
+        with _TaskProgress(tuning) as on_trial, graceful_interrupt() as should_stop:
+            tuning.tune(on_trial=on_trial, should_stop=should_stop)
+        if tuning.interrupted:
+            log("stopped: interrupted; what was measured is stored")
+    log(f"compiling {len(tuning.tasks)} tasks with their best schedules; {timing_note()}")
+    outcome = tuning.finish()
+    for problem in outcome.schedules.problems:
+        log(f"warning: {problem}")
+    result = run_fields(
+        args.model,
+        outcome.graph,
+        outcome.plan,
+        outcome.target,
+        outcome.model,
+        outcome.schedules,
+        outcome.check,
+    )
+    result.update(
+        trials=outcome.trials,
+        trials_done=outcome.trials_done,
+        tuning_seconds=outcome.tuning_seconds,
+        stop_reason=outcome.stop_reason,
+        tasks=[
+            {
+                "key": t.key,
+                "op": t.op,
+                "pattern": t.pattern,
+                "count": t.count,
+                "trials": t.trials,
+                "trials_done": t.trials_done,
+                "best_ms": t.best_ms,
+                "share": t.share,
+            }
+            for t in outcome.tasks
+        ],
+    )
+    if args.json:
+        print_json(result)
+    else:
+        _print_tuned_tasks(result)
+        print_run(result, tasks=len(outcome.tasks))
+    return model_exit(outcome.check)
+
+
+def _print_tuned_tasks(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"{len(r['tasks'])} tasks — {r['trials_done']} trials this run in "
+        f"{r['tuning_seconds']:.1f} s ({r['stop_reason']})"
+    )
+    for col in ("pattern", "count", "trials", "best (ms)", "share of model time"):
+        table.add_column(col, justify="left" if col == "pattern" else "right")
+    for t in r["tasks"]:
+        table.add_row(
+            t["pattern"],
+            str(t["count"]),
+            f"{t['trials']}" + (f" (+{t['trials_done']})" if t["trials_done"] else ""),
+            f"{t['best_ms']:.4f}" if t["best_ms"] is not None else "-",
+            f"{100 * t['share']:.1f}%" if t["share"] is not None else "-",
+        )
+    Console(width=160).print(table)
+
+
+class _TaskProgress:
+    """Rich progress on stderr when it is a terminal: the whole model's budget, then one row
+    per task (its trials so far and best, its bar the part of this run's budget it got)."""
+
+    def __init__(self, tuning: Any) -> None:
+        self.tuning = tuning
+        self.progress: Any = None
+
+    def __enter__(self) -> Any:
+        import sys
+
+        if not sys.stderr.isatty():
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[trials]}"),
+            TextColumn("{task.fields[best]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+        )
+        total = self.tuning.remaining
+        model = self.progress.add_task("model", total=total, trials=f"0/{total}", best="")
+        rows = [
+            self.progress.add_task(
+                f"  {t.pattern[:40]} ×{t.count}",
+                total=total,
+                trials=f"trials {t.trials}",
+                best=_best_text(t.best_ms),
+            )
+            for t in self.tuning.tasks
+        ]
+        self.progress.start()
+        done = [0]
+
+        def on_trial(i: int, _trial: Any) -> None:
+            done[0] += 1
+            t = self.tuning.tasks[i]
+            self.progress.update(model, completed=done[0], trials=f"{done[0]}/{total}")
+            self.progress.update(
+                rows[i],
+                completed=t.trials_done,
+                trials=f"trials {t.trials}",
+                best=_best_text(t.best_ms),
+            )
+
+        return on_trial
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _best_text(ms: float | None) -> str:
+    return f"best {ms:.4f} ms" if ms is not None else "best -"

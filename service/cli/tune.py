@@ -31,11 +31,15 @@ def add_tune_parser(sub: Any) -> None:
         "--tasks", metavar="FILE.json", help="several weighted workloads sharing one budget"
     )
     tune.add_argument(
+        "--model", metavar="FILE.onnx", help="a whole ONNX model: its tasks under one budget"
+    )
+    tune.add_argument(
         "--trials",
         type=positive_int,
         default=64,
         metavar="N",
-        help="new measurements this run (default 64)",
+        help="new measurements this run; with --model, the model's whole budget, stored "
+        "trials included (default 64)",
     )
     tune.add_argument(
         "--threads", type=positive_int, default=1, metavar="N", help="threads (default 1)"
@@ -57,6 +61,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         raise UsageError(f"--plot writes a PNG file; got {args.plot!r}")
+    if args.model is not None:
+        if args.workload or args.workload_file or args.tasks:
+            raise UsageError("tune: give an operator, --workload, --tasks or --model, not several")
+        if args.plot is not None:
+            raise UsageError("tune: --plot goes with a workload or --tasks, not --model")
+        from service.cli.model import cmd_tune_model
+
+        return cmd_tune_model(args)
     if args.tasks is not None:
         if args.workload or args.workload_file:
             raise UsageError("--tasks names its workloads itself; do not also name one")

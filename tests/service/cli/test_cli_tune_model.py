@@ -1,0 +1,130 @@
+"""`loomtune tune --model` and `loomtune.tune_model`: one budget over a model's tasks, the
+contract's JSON, the tuned schedules used by `model inspect` and `run --model`, and resuming:
+the budget is the model's in all, so a second run measures only what is left."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import loomtune
+from service.cli.main import main
+from service.db.store import open_database
+from tests.models import mlp
+
+RUN_FIELDS = {
+    "model",
+    "model_key",
+    "target",
+    "threads",
+    "tasks",
+    "tuned_tasks",
+    "kernels",
+    "correct",
+    "latency_ms",
+    "onnxruntime_ms",
+    "speedup_vs_onnxruntime",
+    "max_abs_err",
+}
+TUNE_FIELDS = RUN_FIELDS | {"trials", "trials_done", "tuning_seconds", "stop_reason"}
+TASK_FIELDS = {"key", "trials", "best_ms", "share"}
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    url = f"sqlite:///{tmp_path / 'loomtune.db'}"
+    monkeypatch.setenv("LOOMTUNE_DATABASE_URL", url)
+    return url
+
+
+@pytest.fixture(scope="module")
+def mlp_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "mlp.onnx"
+    onnx.save(mlp(), path)
+    return path
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
+    code = main(list(argv))
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else {}
+
+
+def _records(url: str, keys: list[str]) -> tuple[Counter[str], int]:
+    """Records per task key, and how many (key, trace) pairs were stored more than once."""
+    records = [r for r in open_database(url).records() if r.workload_key in keys]
+    pairs = Counter((r.workload_key, r.trace_hash) for r in records)
+    return Counter(r.workload_key for r in records), sum(n - 1 for n in pairs.values())
+
+
+def test_tune_model_spends_one_budget_and_resumes(db, capsys, mlp_file: Path) -> None:
+    code, r = _json(capsys, "tune", "--model", str(mlp_file), "--trials", "8", "--json")
+    assert code == 0 and set(r) == TUNE_FIELDS
+    assert r["correct"] is True and r["max_abs_err"] < 1e-4 and r["latency_ms"] > 0
+    assert r["trials"] == r["trials_done"] == 8 and r["tuning_seconds"] > 0
+    tasks = r["tasks"]
+    assert len(tasks) == r["kernels"] == 4 and all(set(t) >= TASK_FIELDS for t in tasks)
+    assert sum(t["trials"] for t in tasks) == 8 and all(t["trials"] >= 1 for t in tasks)
+    assert r["tuned_tasks"] == 4 and all(t["best_ms"] > 0 for t in tasks)
+    assert sum(t["share"] for t in tasks) == pytest.approx(1.0)
+    keys = [t["key"] for t in tasks]
+    per_task, repeated = _records(db, keys)
+    assert per_task == {t["key"]: t["trials"] for t in tasks} and repeated == 0
+
+    # The tuned schedules are what inspect reports and run --model uses.
+    code, inspected = _json(capsys, "model", "inspect", str(mlp_file), "--json")
+    assert code == 0 and all(t["tuned"] for t in inspected["tasks"])
+    code, ran = _json(capsys, "run", "--model", str(mlp_file), "--json")
+    assert code == 0 and ran["correct"] is True and ran["tuned_tasks"] == 4
+
+    # A larger budget measures only the difference, nothing twice.
+    code, r = _json(capsys, "tune", "--model", str(mlp_file), "--trials", "11", "--json")
+    assert code == 0 and r["correct"] is True and r["trials_done"] == 3
+    assert sum(t["trials"] for t in r["tasks"]) == 11
+    per_task, repeated = _records(db, keys)
+    assert sum(per_task.values()) == 11 and repeated == 0
+
+    # The same budget again: nothing is measured.
+    code, r = _json(capsys, "tune", "--model", str(mlp_file), "--trials", "11", "--json")
+    assert code == 0 and r["trials_done"] == 0 and r["correct"] is True
+    assert "already spent" in r["stop_reason"]
+    assert sum(_records(db, keys)[0].values()) == 11
+
+
+def test_tune_model_from_python(db, mlp_file: Path) -> None:
+    result = loomtune.tune_model(mlp_file, trials=2, database_url=db)
+    assert result.trials_done == 2 and result.correct is True
+    assert sum(t.trials for t in result.tasks) == 2
+    tuned = [t for t in result.tasks if t.best_ms is not None]
+    assert tuned and sum(t.share for t in tuned) == pytest.approx(1.0)
+    assert all(t.share is None for t in result.tasks if t.best_ms is None)
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 64)).astype(np.float32)
+    (y,) = result.model(x=x)
+    assert y.shape == (4, 10) and np.allclose(y.sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["tune", "--model", "missing.onnx"], "missing.onnx"),
+        (["tune", "matmul", "--model", "x.onnx"], "not several"),
+        (["tune", "--model", "x.onnx", "--plot", "c.png"], "--plot"),
+    ],
+)
+def test_user_errors_are_one_line_exit_2(db, capsys, argv: list[str], message: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_a_file_that_is_not_onnx_is_one_line(db, capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    assert main(["tune", "--model", str(bad), "--trials", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bad.onnx" in err and len(err.splitlines()) == 1
