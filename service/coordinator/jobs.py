@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
 from service.coordinator.errors import Conflict, Forbidden, Invalid, NotFound, TooMany
@@ -372,15 +372,31 @@ def job_history(session: Session, job_id: int) -> list[HistoryPoint]:
 # -- the job runner's seam ----------------------------------------------------------------
 
 
-def claim_job(session: Session, runner: str, lease_seconds: float) -> m.Job | None:
+def claim_job(
+    session: Session, runner: str, lease_seconds: float, *, alive_seconds: float | None = None
+) -> m.Job | None:
     """Lease the oldest job no live runner drives to `runner` (a name unique per process).
 
     That is a queued job, or a running one whose runner's lease expired: its
     coordinator died, and this one resumes it (rebuilding the search from
     `job_records`). On PostgreSQL `SKIP LOCKED` lets coordinators claim at once,
     each job once. Renew the lease (`renew_job`) well within `lease_seconds`.
+
+    With `alive_seconds`, only a job whose target a live worker in good
+    standing serves: a job nobody can measure waits, queued, holding nothing.
     """
     now = utc_now()
+    served: Any = true()
+    if alive_seconds is not None:
+        served = (
+            select(m.Worker.id)
+            .where(
+                m.Worker.target_id == m.Job.target_id,
+                m.Worker.last_heartbeat >= now - timedelta(seconds=alive_seconds),
+                m.Worker.quarantined_at.is_(None),
+            )
+            .exists()
+        )
     query = (
         select(m.Job)
         .where(
@@ -390,7 +406,8 @@ def claim_job(session: Session, runner: str, lease_seconds: float) -> m.Job | No
                     m.Job.status == "running",
                     or_(m.Job.runner_expires_at.is_(None), m.Job.runner_expires_at < now),
                 ),
-            )
+            ),
+            served,
         )
         .order_by(m.Job.id)
         .limit(1)
@@ -421,6 +438,35 @@ def renew_job(session: Session, job_id: int, runner: str, lease_seconds: float) 
     job.updated_at = now
     session.flush()
     return job
+
+
+def park_job(session: Session, job_id: int, runner: str) -> bool:
+    """Hand a running job back to the queue (no live worker serves its target any more): it
+    holds no runner until one does, and is then resumed from the database like a restart."""
+    job = session.scalar(select(m.Job).where(m.Job.id == job_id).with_for_update())
+    if job is None or job.status != "running" or job.runner != runner:
+        return False
+    job.status = "queued"
+    job.runner = None
+    job.runner_expires_at = None
+    job.updated_at = utc_now()
+    session.flush()
+    return True
+
+
+def target_served(session: Session, target_id: int, *, alive_seconds: float) -> bool:
+    """Whether a live worker in good standing serves the target."""
+    since = utc_now() - timedelta(seconds=alive_seconds)
+    found = session.scalar(
+        select(m.Worker.id)
+        .where(
+            m.Worker.target_id == target_id,
+            m.Worker.last_heartbeat >= since,
+            m.Worker.quarantined_at.is_(None),
+        )
+        .limit(1)
+    )
+    return found is not None
 
 
 def job_task(job: m.Job) -> Any:

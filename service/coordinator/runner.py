@@ -49,6 +49,16 @@ class RunnerStopping(Exception):
     """This runner is shutting down: leave the job to be resumed by another."""
 
 
+class JobParked(Exception):
+    """No live worker serves the job's target any more: back to the queue, holding nothing."""
+
+
+MAX_DRIVERS = 16
+"""Jobs one coordinator drives at once (a thread each, mostly waiting on the database)."""
+SERVED_CHECK_SECONDS = 5.0
+"""How often a waiting driver asks whether any live worker still serves its target."""
+
+
 def _result_of(record: TuningRecord) -> MeasureResult:
     return MeasureResult(
         record.status,
@@ -79,6 +89,9 @@ class LeaseRunner:
         self._results: dict[int, MeasureResult] = {}
         self._last_poll = 0.0
         self._last_renew = time.monotonic()
+        self._last_served = time.monotonic()
+        self._last_check = time.monotonic()
+        self.target_id: int | None = None
 
     def renew(self) -> None:
         with self.sessions.write() as s:
@@ -93,6 +106,13 @@ class LeaseRunner:
         now = time.monotonic()
         if now - self._last_renew > self.lease_seconds / 4:
             self.renew()
+        if self.target_id is not None and now - self._last_check > SERVED_CHECK_SECONDS:
+            self._last_check = now
+            with self.sessions.read() as s:
+                if jobs.target_served(s, self.target_id, alive_seconds=self.lease_seconds):
+                    self._last_served = now
+            if now - self._last_served > self.lease_seconds:
+                raise JobParked(f"job {self.job_id}: no live worker serves its target")
         if now - self._last_poll < POLL_SECONDS:
             time.sleep(POLL_SECONDS - (now - self._last_poll))
         self._last_poll = time.monotonic()
@@ -140,11 +160,14 @@ class JobRunnerService:
     idle_seconds: float = 1.0
     name: str = ""
 
+    max_drivers: int = MAX_DRIVERS
+
     def __post_init__(self) -> None:
         self.name = self.name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.sessions = Sessions(self.engine)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._drivers: list[threading.Thread] = []
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._main, name="loomtune-job-runner", daemon=True)
@@ -154,11 +177,23 @@ class JobRunnerService:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        for driver in self._drivers:
+            driver.join(timeout)
 
     def _main(self) -> None:
+        """Claim jobs while fewer than `max_drivers` run, each driven by a thread of its own:
+        one job waiting on its workers never holds up another."""
         while not self._stop.is_set():
             try:
-                if not self.run_one():
+                self._drivers = [t for t in self._drivers if t.is_alive()]
+                claimed = len(self._drivers) < self.max_drivers and self._claim()
+                if claimed:
+                    driver = threading.Thread(
+                        target=self.drive, args=claimed, name="loomtune-job", daemon=True
+                    )
+                    driver.start()
+                    self._drivers.append(driver)
+                else:
                     self._stop.wait(self.idle_seconds)
             except Exception:  # a database hiccup must not kill the runner thread
                 log.exception("job runner: unexpected error; retrying")
@@ -166,28 +201,51 @@ class JobRunnerService:
 
     def run_one(self) -> bool:
         """Claim one job and drive it to its end; False when there was none."""
-        with self.sessions.write() as s:
-            job = jobs.claim_job(s, self.name, self.lease_seconds)
-            if job is None:
-                return False
-            job_id = job.id
-            try:
-                task = jobs.job_task(job)
-            except (
-                Exception
-            ) as e:  # the spec was validated at submission; a newer loomtune may differ
-                jobs.finish_job(s, job_id, self.name, "failed", f"cannot rebuild the workload: {e}")
-                return True
-            target = jobs.job_target(s, job)
-            strategy_name, seed = job.strategy, job.seed or 0
-        self.drive(job_id, task, target, strategy_name, seed)
-        return True
+        claimed = self._claim()
+        if claimed:
+            self.drive(*claimed)
+        return claimed is not None
 
-    def drive(self, job_id: int, task: Task, target: str, strategy_name: str, seed: int) -> None:
+    def _claim(self) -> tuple[int, Task, str, str, int, int] | None:
+        """The next job a live worker can measure, leased to this runner (None: none is)."""
+        while True:
+            with self.sessions.write() as s:
+                job = jobs.claim_job(
+                    s, self.name, self.lease_seconds, alive_seconds=self.lease_seconds
+                )
+                if job is None:
+                    return None
+                job_id = job.id
+                try:
+                    task = jobs.job_task(job)
+                except Exception as e:  # validated at submission; a newer loomtune may differ
+                    jobs.finish_job(
+                        s, job_id, self.name, "failed", f"cannot rebuild the workload: {e}"
+                    )
+                    continue
+                return (
+                    job_id,
+                    task,
+                    jobs.job_target(s, job),
+                    job.strategy,
+                    job.seed or 0,
+                    job.target_id,
+                )
+
+    def drive(
+        self,
+        job_id: int,
+        task: Task,
+        target: str,
+        strategy_name: str,
+        seed: int,
+        target_id: int | None = None,
+    ) -> None:
         from codegen.host import parse_target
         from service.tuning import make_space
 
         runner = LeaseRunner(self.sessions, job_id, self.name, self.lease_seconds, self._stop)
+        runner.target_id = target_id
         try:
             with self.sessions.read() as s:
                 progress = jobs.job_progress(s, job_id)
@@ -226,6 +284,10 @@ class JobRunnerService:
             log.info("job %d: stopped (cancelled or taken over)", job_id)
         except RunnerStopping:
             log.info("job %d: left to another runner (this one is stopping)", job_id)
+        except JobParked:
+            with self.sessions.write() as s:
+                jobs.park_job(s, job_id, self.name)
+            log.info("job %d: queued again until a live worker serves its target", job_id)
         except Exception as e:
             log.exception("job %d failed", job_id)
             with self.sessions.write() as s:

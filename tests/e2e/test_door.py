@@ -85,3 +85,43 @@ def test_50_mb_posts_are_refused_at_the_door(coordinator: Coordinator) -> None:
     grown = rss_mib(c.proc.pid) - before
     print(f"\n50 MB posts: {seen}; coordinator RSS grew {grown:.1f} MiB")
     assert grown < 20, f"the coordinator's RSS grew {grown:.1f} MiB"
+
+
+def test_a_job_nobody_can_measure_does_not_hold_up_a_host_job(coordinator: Coordinator) -> None:
+    import httpx
+
+    from tests.e2e.cluster import Worker, core_list
+
+    c = coordinator
+    worker = Worker(c.url, c.token("worker", "lab"), core_list()[0])
+    try:
+        worker.ready()
+        http = httpx.Client(
+            base_url=c.url, headers={"Authorization": f"Bearer {c.token('client', 'alice')}"}
+        )
+        stuck = {
+            "workload": {"op": "matmul", "params": {"m": 16, "n": 16, "k": 16}},
+            "target": "llvm -mcpu=skylake -num-threads=1",
+            "trials": 4,
+        }
+        first = http.post("/v1/jobs", json=stuck).json()
+        time.sleep(1.5)  # the runner has looked at the queue at least once
+        start = time.monotonic()
+        host = http.post(
+            "/v1/jobs",
+            json={"workload": {"op": "matmul", "params": {"m": 16, "n": 16, "k": 16}}, "trials": 3},
+        ).json()
+        while http.get(f"/v1/jobs/{host['id']}").json()["status"] == "queued":
+            assert time.monotonic() - start < 5, "the host job waited on the stuck one"
+            time.sleep(0.05)
+        waited = time.monotonic() - start
+        while http.get(f"/v1/jobs/{host['id']}").json()["status"] == "running":
+            assert time.monotonic() - start < 60
+            time.sleep(0.1)
+        done = time.monotonic() - start
+        shown = http.get(f"/v1/jobs/{first['id']}").json()
+        print(f"\nhost job started {waited:.2f} s after submission, done in {done:.1f} s")
+        assert http.get(f"/v1/jobs/{host['id']}").json()["status"] == "succeeded"
+        assert shown["status"] == "queued" and "no live worker" in shown["waiting_reason"]
+    finally:
+        worker.stop()
