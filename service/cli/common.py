@@ -16,6 +16,13 @@ from ir.errors import LoomtuneError
 
 EXIT_USER_ERROR = 2
 EXIT_INCORRECT = 1
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT, as a shell reports a Ctrl-C; 1 stays reserved for wrong results."""
+
+
+class StopNow(BaseException):
+    """A second Ctrl-C: end at once. Not a KeyboardInterrupt, which the tuning loop
+    catches to keep what it measured; `main` prints one line and exits 130."""
 
 
 class UsageError(LoomtuneError):

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from ir.errors import LoomtuneError
-from service.cli.common import EXIT_USER_ERROR, Parser
+from service.cli.common import EXIT_INTERRUPTED, EXIT_USER_ERROR, Parser, StopNow
 from service.cli.coordinator import add_coordinator_parsers, cmd_serve, cmd_token
 from service.cli.db import add_db_parsers, cmd_best, cmd_db
 from service.cli.export import add_export_parser, cmd_export
@@ -62,6 +62,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"loomtune: error: {msg}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, StopNow):
         print("loomtune: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

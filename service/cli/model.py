@@ -12,7 +12,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from service.cli.common import EXIT_INCORRECT, Parser, log, positive_int, print_json
+from service.cli.common import (
+    EXIT_INCORRECT,
+    EXIT_INTERRUPTED,
+    Parser,
+    log,
+    positive_int,
+    print_json,
+)
 
 
 def add_model_parser(sub: Any) -> None:
@@ -282,6 +289,8 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     else:
         _print_tuned_tasks(result)
         print_run(result, tasks=len(outcome.tasks))
+    if tuning.interrupted:
+        return EXIT_INTERRUPTED
     return model_exit(outcome.check)
 
 

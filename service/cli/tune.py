@@ -9,6 +9,8 @@ from typing import Any
 
 from service.cli.common import (
     EXIT_INCORRECT,
+    EXIT_INTERRUPTED,
+    StopNow,
     UsageError,
     log,
     params_text,
@@ -104,6 +106,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print_json(result)
     else:
         _print_table(result)
+    if outcome.run.interrupted:
+        return EXIT_INTERRUPTED
     if not result["correct"]:
         log(f"loomtune: {result.get('error', 'no correct kernel')}")
         return EXIT_INCORRECT
@@ -234,6 +238,8 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
             if total is not None
             else "weighted latency: - (a workload has no correct kernel)"
         )
+    if any(o.run.interrupted for o in outcome.outcomes):
+        return EXIT_INTERRUPTED
     if not all(r["correct"] for r in results):
         log("loomtune: a workload has no correct kernel")
         return EXIT_INCORRECT
@@ -242,7 +248,11 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
 
 class graceful_interrupt:
     """The first Ctrl-C asks the tuning loop to stop after the result in hand
-    (`should_stop`); a second one interrupts at once."""
+    (`should_stop`); a second one raises `StopNow` and the command ends at once.
+
+    The search and measurement processes run in their own sessions and never see
+    the terminal's SIGINT: the stop is the tuner's alone, so none prints a traceback.
+    """
 
     def __init__(self) -> None:
         import threading
@@ -253,9 +263,12 @@ class graceful_interrupt:
     def __enter__(self) -> Any:
         import signal
 
+        def second(_signum: int, _frame: Any) -> None:
+            raise StopNow
+
         def first(_signum: int, _frame: Any) -> None:
             self.event.set()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, second)
 
         self._previous = signal.signal(signal.SIGINT, first)
         return self.event.is_set
@@ -263,7 +276,12 @@ class graceful_interrupt:
     def __exit__(self, *exc: object) -> None:
         import signal
 
-        signal.signal(signal.SIGINT, self._previous)
+        # A Ctrl-C after tuning (re-timing, the numpy comparison) still ends at once.
+        signal.signal(signal.SIGINT, self._previous if not self.event.is_set() else _stop_now)
+
+
+def _stop_now(_signum: int, _frame: Any) -> None:
+    raise StopNow
 
 
 class _progress:

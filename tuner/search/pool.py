@@ -137,13 +137,17 @@ def read_frame(stream: BinaryIO) -> object:
 
 class _Helper:
     """`python -m tuner.search.worker`: a subprocess, so a user's script is never re-imported
-    (multiprocessing's spawn would run an unguarded script's top level again)."""
+    (multiprocessing's spawn would run an unguarded script's top level again).
+
+    Its own session, like the measurement processes: a terminal's Ctrl-C signals
+    the tuner alone, which owns the stop; the helper ends when its stdin closes."""
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tuner.search.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            start_new_session=True,
         )
 
     def alive(self) -> bool:

@@ -1,14 +1,20 @@
 """A search helper process: reads (token, space, jobs) frames on stdin, writes children on stdout.
 
 Started by `tuner.search.pool`; it ends when its stdin closes (the tuner exited).
+A Ctrl-C is the parent's to handle: the helper ignores SIGINT (set before the
+heavy imports), so an interrupted tune prints no traceback from here.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+import signal
 
-from tuner.search.pool import read_frame, run_chunk, write_frame
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from tuner.search.pool import read_frame, run_chunk, write_frame  # noqa: E402
 
 
 def main() -> None:
@@ -20,7 +26,10 @@ def main() -> None:
             token, payload, jobs = read_frame(inp)  # type: ignore[misc]
         except EOFError:
             return
-        write_frame(out, run_chunk(token, payload, jobs))
+        try:
+            write_frame(out, run_chunk(token, payload, jobs))
+        except BrokenPipeError:
+            return  # the tuner stopped (Ctrl-C) before reading this chunk
 
 
 if __name__ == "__main__":
