@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.coordinator.deps import CoordinatorState, State, lookup_caller
 from service.coordinator.errors import ApiError, Invalid, Unauthorized
@@ -180,6 +181,15 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": validation_errors(exc.errors())}, status_code=422)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI's "error parsing the body": not UTF-8 JSON
+            error = {"loc": ["body"], "msg": "the body is not JSON text", "type": "json_invalid"}
+            return JSONResponse({"detail": [error]}, status_code=422)
+        return JSONResponse(
+            {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
+        )
+
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
         if isinstance(exc, Invalid):
@@ -205,7 +215,11 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_health_and_metrics(app: FastAPI) -> None:
     @app.get(
-        "/healthz", response_model=Health, tags=["health"], summary="Liveness (and the database)"
+        "/healthz",
+        response_model=Health,
+        tags=["health"],
+        summary="Liveness (and the database)",
+        responses={503: {"description": "the database is unavailable"}},
     )
     def healthz(state: State) -> Health | JSONResponse:
         import migrations

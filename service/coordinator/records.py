@@ -81,6 +81,7 @@ def best_record(
     if target_id is None:
         return None
     record = best_record_of(session, workload_key, target_id)
+    confirmed = record is not None
     if record is None:
         found = fetch_records(
             session,
@@ -94,12 +95,14 @@ def best_record(
             .order_by(m.Record.median_ms, m.Record.measured_at, m.Record.record_id)
             .limit(1),
         )
-        return (found[0], None, False) if found else None
+        if not found:
+            return None
+        record = found[0]
     final = final_of(session, workload_key, target_id, target)
     retimed = (
         final.retimed_ms if final is not None and final.record_id == record.record_id else None
     )
-    return record, retimed, True
+    return record, retimed, confirmed
 
 
 @dataclass(frozen=True)

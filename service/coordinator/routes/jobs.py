@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query
 from service.coordinator import jobs as J
 from service.coordinator.deps import Client, State
 from service.coordinator.errors import Invalid
+from service.coordinator.responses import COMMON, responses
 from service.coordinator.schemas import (
     MAX_ID,
     HistoryPointOut,
@@ -20,7 +21,7 @@ from service.coordinator.schemas import (
     WorkloadRef,
 )
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=responses(*COMMON))
 
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
 
@@ -51,7 +52,13 @@ def job_out(view: J.JobView) -> JobOut:
     )
 
 
-@router.post("", status_code=201, response_model=JobOut, summary="Submit a tuning job")
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobOut,
+    summary="Submit a tuning job",
+    responses=responses(429),
+)
 def submit_job(body: JobCreate, caller: Client, state: State) -> JobOut:
     """Queue a job tuning a workload on a target; 422 names the field of any bad input."""
     settings = state.settings
@@ -93,7 +100,7 @@ def list_jobs(
     return JobList(jobs=[job_out(v) for v in views])
 
 
-@router.get("/{job_id}", response_model=JobOut, summary="Show a job")
+@router.get("/{job_id}", response_model=JobOut, summary="Show a job", responses=responses(404))
 def show_job(job_id: JobId, caller: Client, state: State) -> JobOut:
     with state.sessions.read() as session:
         job = J.get_job(session, job_id, caller)
@@ -101,7 +108,12 @@ def show_job(job_id: JobId, caller: Client, state: State) -> JobOut:
     return job_out(view)
 
 
-@router.get("/{job_id}/history", response_model=JobHistory, summary="A job's tuning curve")
+@router.get(
+    "/{job_id}/history",
+    response_model=JobHistory,
+    summary="A job's tuning curve",
+    responses=responses(404),
+)
 def job_history(job_id: JobId, caller: Client, state: State) -> JobHistory:
     """One point per measurement of the job, in order, with the best so far."""
     with state.sessions.read() as session:
@@ -116,7 +128,12 @@ def job_history(job_id: JobId, caller: Client, state: State) -> JobHistory:
     )
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a job, keeping its records")
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobOut,
+    summary="Cancel a job, keeping its records",
+    responses=responses(404, 409),
+)
 def cancel_job(job_id: JobId, caller: Client, state: State) -> JobOut:
     with state.sessions.write() as session:
         job = J.cancel_job(session, job_id, caller)

@@ -11,15 +11,18 @@ from service.coordinator import jobs as J
 from service.coordinator.deps import Client, State
 from service.coordinator.errors import Invalid, NotFound
 from service.coordinator.records import best_record, standings, workload_spec
+from service.coordinator.responses import COMMON, responses
 from service.coordinator.schemas import BestOut, TraceFileOut
 from service.db import models as m
 
-router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"], responses=responses(*COMMON))
 
 _OWN_QUERY = {"workload_key", "target", "op"}
 
 
-@router.get("/best", response_model=BestOut, summary="The best-known schedule")
+@router.get(
+    "/best", response_model=BestOut, summary="The best-known schedule", responses=responses(404)
+)
 def best_schedule(
     request: Request,
     caller: Client,

@@ -8,11 +8,12 @@ from fastapi import APIRouter, Path
 
 from service.coordinator import tokens as T
 from service.coordinator.deps import Admin, State
+from service.coordinator.responses import COMMON, responses
 from service.coordinator.schemas import MAX_ID, TokenCreate, TokenCreated, TokenList, TokenOut
 from service.db import models as m
 from service.db.session import as_utc, as_utc_or_none
 
-router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=responses(*COMMON))
 
 
 def token_out(token: m.ApiToken) -> TokenOut:
@@ -40,7 +41,9 @@ def list_tokens(caller: Admin, state: State) -> TokenList:
         return TokenList(tokens=[token_out(t) for t in T.list_tokens(session)])
 
 
-@router.delete("/{token_id}", response_model=TokenOut, summary="Revoke a token")
+@router.delete(
+    "/{token_id}", response_model=TokenOut, summary="Revoke a token", responses=responses(404)
+)
 def revoke_token(
     token_id: Annotated[int, Path(ge=1, le=MAX_ID)], caller: Admin, state: State
 ) -> TokenOut:

@@ -10,6 +10,7 @@ from service.coordinator import leases as L
 from service.coordinator import trust
 from service.coordinator.deps import Admin, State, WorkerRole
 from service.coordinator.errors import Conflict
+from service.coordinator.responses import COMMON, ErrorOut, responses
 from service.coordinator.schemas import (
     MAX_ID,
     HeartbeatOut,
@@ -27,7 +28,7 @@ from service.coordinator.schemas import (
 )
 from service.db.session import as_utc, as_utc_or_none
 
-router = APIRouter(prefix="/v1/workers", tags=["workers"])
+router = APIRouter(prefix="/v1/workers", tags=["workers"], responses=responses(*COMMON))
 
 WorkerId = Annotated[int, Path(ge=1, le=MAX_ID, description="the worker's id (from registration)")]
 
@@ -70,7 +71,12 @@ def list_workers(caller: Admin, state: State) -> WorkerList:
     return WorkerList(workers=[worker_out(v) for v in views])
 
 
-@router.post("/{worker_id}/heartbeat", response_model=HeartbeatOut, summary="Stay alive")
+@router.post(
+    "/{worker_id}/heartbeat",
+    response_model=HeartbeatOut,
+    summary="Stay alive",
+    responses=responses(404),
+)
 def heartbeat(worker_id: WorkerId, caller: WorkerRole, state: State) -> HeartbeatOut:
     """Extends every lease the worker still holds by LOOMTUNE_LEASE_SECONDS from now."""
     s = state.settings
@@ -87,7 +93,12 @@ def heartbeat(worker_id: WorkerId, caller: WorkerRole, state: State) -> Heartbea
     )
 
 
-@router.post("/{worker_id}/lease", response_model=LeaseOut, summary="Lease a batch of candidates")
+@router.post(
+    "/{worker_id}/lease",
+    response_model=LeaseOut,
+    summary="Lease a batch of candidates",
+    responses=responses(404),
+)
 def lease(
     worker_id: WorkerId, caller: WorkerRole, state: State, body: LeaseRequest | None = None
 ) -> LeaseOut:
@@ -110,7 +121,11 @@ def lease(
     response_model=ResultsOut,
     summary="Report results",
     responses={
-        409: {"description": "a result for a lease the worker no longer holds; nothing was stored"}
+        **responses(404),
+        409: {
+            "model": ErrorOut,
+            "description": "a result for a lease the worker no longer holds; nothing was stored",
+        },
     },
 )
 def results(worker_id: WorkerId, body: ResultsIn, caller: WorkerRole, state: State) -> ResultsOut:
@@ -144,7 +159,12 @@ def results(worker_id: WorkerId, body: ResultsIn, caller: WorkerRole, state: Sta
     return ResultsOut(accepted=accepted.accepted, duplicates=accepted.duplicates)
 
 
-@router.post("/{worker_id}/release", response_model=ReleaseOut, summary="Hand leases back")
+@router.post(
+    "/{worker_id}/release",
+    response_model=ReleaseOut,
+    summary="Hand leases back",
+    responses=responses(404),
+)
 def release(
     worker_id: WorkerId, caller: WorkerRole, state: State, body: ReleaseIn | None = None
 ) -> ReleaseOut:

@@ -11,6 +11,7 @@ from service.coordinator import jobs as J
 from service.coordinator.deps import Client, State
 from service.coordinator.errors import NotFound
 from service.coordinator.records import list_workloads, records_of_workload, standings
+from service.coordinator.responses import COMMON, responses
 from service.coordinator.schemas import (
     MAX_ID,
     RecordList,
@@ -22,7 +23,7 @@ from service.coordinator.schemas import (
 from service.db import models as m
 from service.db.session import as_utc
 
-router = APIRouter(prefix="/v1/workloads", tags=["workloads"])
+router = APIRouter(prefix="/v1/workloads", tags=["workloads"], responses=responses(*COMMON))
 
 
 @router.get("", response_model=WorkloadList, summary="Workloads in the database")
@@ -49,7 +50,12 @@ def workloads(
     )
 
 
-@router.get("/{key}/records", response_model=RecordList, summary="A workload's records")
+@router.get(
+    "/{key}/records",
+    response_model=RecordList,
+    summary="A workload's records",
+    responses=responses(404),
+)
 def workload_records(
     key: Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="the workload's key")],
     caller: Client,
