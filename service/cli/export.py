@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from service.cli.common import export_target, log, positive_int, resolve_task
+from service.cli.common import (
+    UsageError,
+    export_target,
+    log,
+    params_text,
+    parse_workload_args,
+    positive_int,
+    resolve_task,
+)
 
 
 def add_export_parser(sub: Any) -> None:
@@ -16,7 +24,16 @@ def add_export_parser(sub: Any) -> None:
     export.add_argument(
         "--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition"
     )
-    export.add_argument("--trace", metavar="FILE", help="export this trace file's schedule")
+    export.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="export this trace file's schedule (its workload unless one is named)",
+    )
+    export.add_argument(
+        "--repair",
+        action="store_true",
+        help="with --trace on other parameters: re-choose decisions that no longer fit",
+    )
     export.add_argument(
         "--threads",
         type=positive_int,
@@ -52,38 +69,72 @@ def add_export_parser(sub: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     """Write the kernel of a workload as a .so (+ header), .o, .ll or .s.
 
-    The schedule is the stored best record for the workload on the target, else
-    the given trace, else the default loop nest; stderr says which.
+    With `--trace` the schedule is that trace's (a user who names a file means
+    it); otherwise the stored best record for the workload on the target, else
+    the default loop nest. stderr says which.
     """
     from codegen.export import check_request, export_kernel
     from codegen.host import host_target, is_host
-    from service.db.store import open_database
-    from tuner.trace.errors import TraceError
-    from tuner.trace.file import TraceFile
-    from tuner.trace.trace import Trace
 
-    task = resolve_task(args.workload, args.workload_file)
+    if args.repair and args.trace is None:
+        raise UsageError("export: --repair goes with --trace")
+    if args.trace is not None:
+        task, program, source = _from_trace(args)
+    else:
+        task, program, source = resolve_task(args.workload, args.workload_file), None, ""
     target = export_target(args.target, args.threads)
     symbol = args.name if args.name is not None else task.op
     check_request(symbol, args.fmt, args.output)  # a refused export prints only its error
-    record = open_database().best(task.key, target.canonical())
-    try:
-        if record is not None:
-            program = Trace.from_json(record.trace).apply(task.program).program
-            source = (
-                f"exporting the stored best record {record.record_id} ({record.median_ms:.4f} ms)"
-            )
-        elif args.trace is not None:
-            program = TraceFile.load(args.trace).trace.apply(task.program).program
-            source = f"exporting the schedule of trace {args.trace} (no stored record)"
-        else:
-            program = task.program
-            source = "exporting the default loop nest (no stored record, no trace given)"
-    except TraceError as e:
-        raise TraceError(f"{args.trace or 'stored record'}: {e}") from None
+    if args.trace is None:
+        program, source = _stored_or_default(task, target)
     if not is_host(target):
         log(f"compiling for {target.canonical()}, not this machine's CPU ({host_target().cpu})")
     log(source)
     written = export_kernel(program, target, symbol=symbol, fmt=args.fmt, output=args.output)
     log("wrote " + ", ".join(str(path) for path in written))
     return 0
+
+
+def _from_trace(args: argparse.Namespace) -> tuple[Any, Any, str]:
+    """The trace file's schedule on its own workload, or on the one named (same operator)."""
+    from tuner.trace.errors import TraceError
+    from tuner.trace.file import TraceFile
+
+    trace_file = TraceFile.load(args.trace)
+    recorded = trace_file.task()
+    if args.workload_file is None and (not args.workload or "=" in args.workload[0]):
+        _, overrides = parse_workload_args(["_", *args.workload], None)
+        task = trace_file.task(overrides)
+    else:
+        task = resolve_task(args.workload, args.workload_file)
+        if task.op != recorded.op:
+            raise TraceError(
+                f"{args.trace}: a trace of {recorded.op}, not {task.op} "
+                "(name no operator to export the trace's own workload)"
+            )
+    try:
+        program = trace_file.trace.apply(task.program, repair=args.repair).program
+    except TraceError as e:
+        hint = " (pass --repair)" if "repair" in str(e) and not args.repair else ""
+        raise TraceError(f"{args.trace}: {e}{hint}") from None
+    what = f"{task.op} {params_text(task.params)}"
+    return task, program, f"exporting the schedule of trace {args.trace} on {what}"
+
+
+def _stored_or_default(task: Any, target: Any) -> tuple[Any, str]:
+    """The stored best record's schedule for `target`, else the default loop nest."""
+    from service.db.store import open_database
+    from tuner.trace.errors import TraceError
+    from tuner.trace.trace import Trace
+
+    record = open_database().best(task.key, target.canonical())
+    if record is None:
+        return task.program, "exporting the default loop nest (no stored record, no trace given)"
+    try:
+        program = Trace.from_json(record.trace).apply(task.program).program
+    except TraceError as e:
+        raise TraceError(f"stored record {record.record_id}: {e}") from None
+    return (
+        program,
+        f"exporting the stored best record {record.record_id} ({record.median_ms:.4f} ms)",
+    )

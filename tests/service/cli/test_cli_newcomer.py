@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -12,6 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from service.cli.common import export_target
 
 ROOT = Path(__file__).resolve().parents[3]
 TUNE_DENSE = ("tune", "dense", "m=64", "n=64", "k=64", "--trials", "64")
@@ -70,3 +73,67 @@ def test_ctrl_c_to_the_process_group_exits_130_without_tracebacks(
     assert "KeyboardInterrupt" not in stderr, stderr
     if presses == 1:
         assert "stopped: interrupted" in stderr and "loomtune (best)" in stdout, stderr
+
+
+# -- 2. export --trace ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A database whose best for matmul 48x32x16 is the default nest, and a trace file of it."""
+    from ir.task import library_task
+    from service.db.store import open_database
+    from tuner.runner import MeasureResult
+    from tuner.search.loop import make_record
+    from tuner.trace.file import TraceFile
+    from tuner.trace.traced_schedule import TracedSchedule
+
+    tmp = tmp_path_factory.mktemp("export")
+    db, path = tmp / "loomtune.db", tmp / "mm.trace.json"
+    task = library_task("matmul", {"m": 48, "n": 32, "k": 16})
+    sch = TracedSchedule(task.program, rng=random.Random(0))
+    i, _j, _k = sch.get_loops(sch.get_block("C"))
+    i0, _i1 = sch.split(i, sch.sample_perfect_tile(i, n=2, max_innermost_factor=8, decision=[6, 8]))
+    sch.parallel(i0)
+    TraceFile.for_task(task, "host -num-threads=2", sch.trace).save(path)
+    plain = TracedSchedule(task.program, rng=random.Random(0))
+    plain.get_block("C")
+    target = export_target("host", 2).canonical()
+    ok = MeasureResult("ok", (1.0, 1.0, 1.0), worker="test")
+    open_database(f"sqlite:///{db}").commit_record(make_record(task, target, plain.trace, ok))
+    return db, path
+
+
+def export(db: Path, trace: Path | None, *words: str) -> subprocess.CompletedProcess[str]:
+    out = db.parent / f"k{time.monotonic_ns()}.ll"
+    extra = ("--trace", str(trace)) if trace is not None else ()
+    return loomtune(
+        db, "export", *words, *extra, "--threads", "2", "--format", "ll", "-o", str(out)
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *words: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("loomtune: error:") and "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_export_trace_wins_over_the_stored_best(traced: tuple[Path, Path]) -> None:
+    db, trace = traced
+    proc = export(db, trace, "matmul", "m=48", "n=32", "k=16")
+    assert proc.returncode == 0 and "exporting the schedule of trace" in proc.stderr, proc.stderr
+    proc = export(db, None, "matmul", "m=48", "n=32", "k=16")  # documented: the stored best
+    assert proc.returncode == 0 and "exporting the stored best record" in proc.stderr, proc.stderr
+
+
+def test_export_trace_names_its_own_workload(traced: tuple[Path, Path]) -> None:
+    db, trace = traced
+    proc = export(db, trace)
+    assert proc.returncode == 0, proc.stderr
+    assert "of trace" in proc.stderr and "m=48 n=32 k=16" in proc.stderr
+    assert_one_line_error(export(db, trace, "m=50"), "--repair")
+    proc = export(db, trace, "m=50", "--repair")
+    assert proc.returncode == 0 and "m=50" in proc.stderr, proc.stderr
+    assert_one_line_error(export(db, trace, "gelu", "m=48", "n=32"), "a trace of matmul, not gelu")
