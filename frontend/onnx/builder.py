@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ir.arrays import ALIGNMENT, aligned_empty
 from ir.errors import GraphError, ModelError
 from ir.graph import OPS, Graph, Node, TensorType, make_graph, make_node
 
@@ -50,11 +51,18 @@ def dtype_name(elem_type: int, what: str) -> str:
 
 
 def frozen(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous read-only array (the graph then keeps it without copying); arrays
-    that are views of something writeable are copied first."""
+    """A C-contiguous, 64-byte aligned, read-only array (the graph then keeps it without
+    copying, and a compiled model reads it in place: the weights are held once); arrays
+    that are views of something writeable, or misaligned, are copied first."""
     out = np.asarray(array)
-    if not out.flags.c_contiguous or (out.flags.writeable and out.base is not None):
-        out = np.array(out, order="C")
+    if (
+        not out.flags.c_contiguous
+        or (out.flags.writeable and out.base is not None)
+        or out.ctypes.data % ALIGNMENT
+    ):
+        copy = aligned_empty(out.shape, out.dtype)
+        copy[...] = out
+        out = copy
     out.setflags(write=False)
     return out
 

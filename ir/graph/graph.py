@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ir.arrays import aligned_empty
 from ir.dtype import DTYPES
 from ir.errors import GraphError
 
@@ -234,8 +235,11 @@ def _frozen_array(name: str, array: Any) -> np.ndarray:
     elif str(a.dtype) not in DTYPES:
         raise GraphError(f"constant {name!r} has unsupported dtype {a.dtype}")
     if a.flags.writeable or not a.flags.c_contiguous:
-        a = np.array(a, order="C", copy=True)
-        a.setflags(write=False)
+        # 64-byte aligned, as kernels read it: a compiled model then shares the array.
+        frozen = aligned_empty(a.shape, a.dtype)
+        frozen[...] = a
+        frozen.setflags(write=False)
+        return frozen
     return a
 
 

@@ -126,6 +126,8 @@ def test_the_weights_are_held_once() -> None:
     assert model.weight_bytes == sum(a.nbytes for a in model.constants.values())
     weights = sum(a.nbytes for a in graph.constants.values())
     assert model.weight_bytes <= weights
+    kept = [k for k in model.constants if k in plan.graph.constants]
+    assert kept and all(model.constants[k] is plan.graph.constants[k] for k in kept)  # no copy
     del graph, plan
     gc.collect()
     assert all(ref() is None for ref in originals)  # the OIHW copies are gone
