@@ -36,6 +36,32 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+def add_database_option(parser: argparse.ArgumentParser) -> None:
+    """`--database URL` on a command that opens the tuning database."""
+    parser.add_argument(
+        "--database",
+        metavar="URL",
+        help="the tuning database (default: LOOMTUNE_DATABASE_URL, else the local SQLite file)",
+    )
+
+
+def use_database_option(args: argparse.Namespace) -> None:
+    """Check the database URL a command will open (`--database`, else the environment's)
+    before it prints anything; `--database` becomes the environment's for this process
+    and the measurement processes it starts."""
+    import os
+
+    from service.db.engine import DATABASE_URL_ENV, database_url, default_database_path
+    from service.db.url import check_database_url
+
+    if getattr(args, "database", None) is not None:
+        os.environ[DATABASE_URL_ENV] = check_database_url(args.database.strip())
+    opens = hasattr(args, "database") and getattr(args, "coordinator", None) is None
+    if opens and (args.command != "run" or args.model is not None):  # run: only with --model
+        url = database_url()
+        check_database_url(url, folder_must_exist=url != f"sqlite:///{default_database_path()}")
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

@@ -13,7 +13,14 @@ import sys
 from collections.abc import Sequence
 
 from ir.errors import LoomtuneError
-from service.cli.common import EXIT_INTERRUPTED, EXIT_USER_ERROR, Parser, StopNow
+from service.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_USER_ERROR,
+    Parser,
+    StopNow,
+    add_database_option,
+    use_database_option,
+)
 from service.cli.coordinator import add_coordinator_parsers, cmd_serve, cmd_token
 from service.cli.db import add_db_parsers, cmd_best, cmd_db
 from service.cli.export import add_export_parser, cmd_export
@@ -35,7 +42,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_jobs_parsers(sub)
     add_worker_parser(sub)
     add_model_parser(sub)
+    for name in DATABASE_COMMANDS:
+        _add_database_option(sub.choices[name])
     return p
+
+
+DATABASE_COMMANDS = ("run", "tune", "best", "export", "db", "model", "serve", "token")
+"""The commands that open the tuning database (`run` with --model) take `--database URL`."""
+
+
+def _add_database_option(parser: argparse.ArgumentParser) -> None:
+    """`--database` on a command, or on each of its subcommands (`db export --database URL`)."""
+    groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not groups:
+        add_database_option(parser)
+    for group in groups:
+        for child in dict.fromkeys(group.choices.values()):
+            _add_database_option(child)
 
 
 COMMANDS = {
@@ -57,6 +80,7 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        use_database_option(args)
         return COMMANDS[args.command](args)
     except LoomtuneError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

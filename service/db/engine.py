@@ -14,6 +14,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from service.db.url import check_database_url
+
 DATABASE_URL_ENV = "LOOMTUNE_DATABASE_URL"
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -53,7 +55,7 @@ def make_engine(
 ) -> Engine:
     """An engine for `url` (see `database_url`); SQLite files get their folder, WAL and a busy timeout."""
     text = database_url(url)
-    parsed = make_url(text)
+    parsed = make_url(check_database_url(text, folder_must_exist=False))
     args = dict(connect_args or {})
     if parsed.get_backend_name() == "sqlite":
         if (

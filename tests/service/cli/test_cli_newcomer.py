@@ -137,3 +137,39 @@ def test_export_trace_names_its_own_workload(traced: tuple[Path, Path]) -> None:
     proc = export(db, trace, "m=50", "--repair")
     assert proc.returncode == 0 and "m=50" in proc.stderr, proc.stderr
     assert_one_line_error(export(db, trace, "gelu", "m=48", "n=32"), "a trace of matmul, not gelu")
+
+
+# -- 3. --database URL ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "what"),
+    [
+        ("mysql://x/y", "unsupported database mysql"),
+        ("/tmp/loomtune.db", "is not a URL"),
+        ("sqlite:////nonexistent/dir/x.db", "folder /nonexistent/dir does not exist"),
+        ("postgresql://u:secret@h:notaport/db", "malformed"),
+    ],
+)
+def test_database_url_mistakes_are_one_line(tmp_path: Path, url: str, what: str) -> None:
+    db = tmp_path / "unused.db"
+    for args in (("db", "export", "--database", url), ("tune", "gelu", "--database", url)):
+        proc = loomtune(db, *args)
+        assert_one_line_error(proc, what, url.replace("secret", "***"))
+        assert "secret" not in proc.stderr
+    proc = loomtune(db, "best", "gelu", env={"LOOMTUNE_DATABASE_URL": url})
+    assert_one_line_error(proc, what)
+    assert not Path("/nonexistent").exists() and not db.exists()
+
+
+def test_database_flag_overrides_the_environment(traced: tuple[Path, Path], tmp_path: Path) -> None:
+    db, _ = traced
+    proc = loomtune(tmp_path / "other.db", "db", "export", "--database", f"sqlite:///{db}")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1, proc.stderr
+    proc = loomtune(db, "best", "matmul", "m=48", "n=32", "k=16", "--threads", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    empty = tmp_path / "empty.db"
+    proc = loomtune(
+        db, "best", "matmul", "m=48", "n=32", "k=16", "--database", f"sqlite:///{empty}"
+    )
+    assert proc.returncode != 0 and empty.exists(), proc.stderr
