@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from ir.errors import LoomtuneError
+from service.cli.baseline import EVALUATOR, baseline_of, vs_text, with_baseline
 from service.cli.common import (
     EXIT_INCORRECT,
     UsageError,
@@ -156,7 +157,8 @@ def _run_and_report(task: Any, program: Any, target: Any, *, as_json: bool) -> i
     threads = target.num_threads
     log(f"compiling {task.op} {params_text(task.params)} for {target.cpu} ...")
     kernel = compile_program(program, target)
-    log("verifying against numpy and timing (interleaved) ...")
+    against = "the evaluator" if baseline_of(task) == EVALUATOR else "numpy"
+    log(f"verifying against {against} and timing (interleaved) ...")
     cmp = compare_with_numpy(kernel, task, threads=threads)
     result = {
         "op": task.op,
@@ -172,6 +174,7 @@ def _run_and_report(task: Any, program: Any, target: Any, *, as_json: bool) -> i
         if cmp.correct and cmp.latency_ms
         else None,
     }
+    with_baseline(result, task)
     if not cmp.correct:
         result["error"] = cmp.message
     if as_json:
@@ -189,12 +192,12 @@ def _print_result_table(r: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"{r['op']} {params_text(r['params'])}")
-    for col in ("", "latency (ms)", "GFLOP/s", "vs numpy"):
+    for col in ("", "latency (ms)", "GFLOP/s", f"vs {r['baseline']}"):
         table.add_column(col, justify="right")
     if r["correct"]:
         g = f"{r['gflops']:.2f}" if r["gflops"] is not None else "-"
-        table.add_row("loomtune", f"{r['latency_ms']:.4f}", g, f"{r['speedup_vs_numpy']:.2f}x")
-        table.add_row("numpy", f"{r['numpy_ms']:.4f}", "", "1.00x")
+        table.add_row("loomtune", f"{r['latency_ms']:.4f}", g, vs_text(r))
+        table.add_row(r["baseline"], f"{r['numpy_ms']:.4f}", "", "1.00x")
     else:
         table.add_row("loomtune", "wrong result", "", "")
     Console().print(table)

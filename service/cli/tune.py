@@ -7,6 +7,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from service.cli.baseline import vs_text, with_baseline
 from service.cli.common import (
     EXIT_INCORRECT,
     EXIT_INTERRUPTED,
@@ -151,6 +152,7 @@ def tune_result(outcome: Any, trials: int) -> dict[str, Any]:
         "history": list(run.history),
         "failures": dict(failures),
     }
+    with_baseline(result, task)
     if outcome.best is None:
         result["error"] = "no candidate measured correct"
     elif cmp is not None and not cmp.correct:
@@ -396,14 +398,12 @@ def _print_table(r: dict[str, Any]) -> None:
     table = Table(
         title=f"{r['op']} {params_text(r['params'])} — {r['trials_done']} trials in {r['tuning_seconds']:.1f} s"
     )
-    for col in ("", "latency (ms)", "GFLOP/s", "vs numpy"):
+    for col in ("", "latency (ms)", "GFLOP/s", f"vs {r['baseline']}"):
         table.add_column(col, justify="right")
     if r["correct"]:
         g = f"{r['gflops']:.2f}" if r["gflops"] is not None else "-"
-        table.add_row(
-            "loomtune (best)", f"{r['latency_ms']:.4f}", g, f"{r['speedup_vs_numpy']:.2f}x"
-        )
-        table.add_row("numpy", f"{r['numpy_ms']:.4f}", "", "1.00x")
+        table.add_row("loomtune (best)", f"{r['latency_ms']:.4f}", g, vs_text(r))
+        table.add_row(r["baseline"], f"{r['numpy_ms']:.4f}", "", "1.00x")
     else:
         table.add_row("loomtune", "no correct kernel", "", "")
     Console(stderr=False).print(table)

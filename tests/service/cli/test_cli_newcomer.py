@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -173,3 +174,57 @@ def test_database_flag_overrides_the_environment(traced: tuple[Path, Path], tmp_
         db, "best", "matmul", "m=48", "n=32", "k=16", "--database", f"sqlite:///{empty}"
     )
     assert proc.returncode != 0 and empty.exists(), proc.stderr
+
+
+# -- 4. baselines named for what they are ------------------------------------------------------
+
+TANH_MATMUL = str(ROOT / "examples" / "tanh_matmul.workload.json")
+
+
+def test_run_names_its_baseline(capsys: pytest.CaptureFixture[str]) -> None:
+    """In-process (the imports once): each kind of workload and the baseline it is timed against."""
+    from service.cli.main import main
+
+    cases = [
+        (("--workload", TANH_MATMUL, "m=32"), "evaluator"),
+        (("matmul_int8", "m=32", "n=32", "k=32"), "numpy float32"),
+        (("gelu", "m=32", "n=32"), "numpy"),
+    ]
+    for words, baseline in cases:
+        assert main(["run", *words, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["baseline"] == baseline and out["numpy_ms"] > 0, words
+        if baseline == "evaluator":
+            assert out["speedup_vs_numpy"] is None
+        else:
+            assert out["speedup_vs_numpy"] == pytest.approx(out["numpy_ms"] / out["latency_ms"])
+    assert main(["run", "--workload", TANH_MATMUL, "m=32"]) == 0
+    text = capsys.readouterr()
+    assert "vs evaluator" in text.out and "numpy" not in text.out + text.err
+
+
+def test_tune_of_a_custom_workload_claims_no_numpy_speedup() -> None:
+    """`tune --json`'s fields from an outcome (the tuning itself is tested elsewhere)."""
+    from codegen.host import host_target
+    from ir.definition import load_definition_file
+    from ir.task import custom_task
+    from service.cli.tune import tune_result
+    from service.tuning import TuneOutcome
+    from tuner.search.loop import TuneRun
+    from workers.compare import Comparison
+    from workers.timing import Timing
+
+    task = custom_task(load_definition_file(TANH_MATMUL), {"m": "32"})
+    timing = [Timing((t,) * 3, 1) for t in (0.01, 5.0)]
+    outcome = TuneOutcome(
+        task,
+        host_target(1),
+        "evolutionary",
+        TuneRun(2),
+        None,
+        None,
+        Comparison(True, None, *timing),
+    )
+    out = tune_result(outcome, 2)
+    assert out["baseline"] == "evaluator" and out["speedup_vs_numpy"] is None
+    assert out["latency_ms"] == pytest.approx(0.01) and out["numpy_ms"] == pytest.approx(5.0)
