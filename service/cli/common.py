@@ -33,7 +33,9 @@ class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are `UsageError`s (one line, exit 2)."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}")
+        # main prints "loomtune: error: "; the subcommand names where ("run: ...").
+        where = self.prog.removeprefix("loomtune").strip()
+        raise UsageError(f"{where}: {message}" if where else message)
 
 
 def add_database_option(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +62,32 @@ def use_database_option(args: argparse.Namespace) -> None:
     if opens and (args.command != "run" or args.model is not None):  # run: only with --model
         url = database_url()
         check_database_url(url, folder_must_exist=url != f"sqlite:///{default_database_path()}")
+
+
+def check_strategy(name: str | None) -> None:
+    """Refuse an unknown `--strategy` before a command prints or measures anything."""
+    if name is None:
+        return
+    import tuner.search.evolutionary
+    import tuner.search.replay  # noqa: F401
+    from tuner.search.strategy import STRATEGIES
+
+    if name not in STRATEGIES:
+        known = ", ".join(sorted(STRATEGIES))
+        raise UsageError(f"unknown search strategy {name!r}; this loomtune has: {known}")
+
+
+def warn_oversubscribed(threads: int) -> None:
+    """One line on stderr when `--threads` exceeds the cores this process may use:
+    the kernel and numpy would then share cores and the comparison means little."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    if threads > cores:
+        log(
+            f"warning: --threads {threads} is more than the {cores} core(s) available; "
+            "timings (the kernel's and numpy's) will not mean much"
+        )
 
 
 def positive_int(text: str) -> int:

@@ -177,6 +177,10 @@ def _db_export(args: argparse.Namespace) -> int:
 
     target = export_target(args.target, None).canonical() if args.target is not None else None
     records = open_database().records(op=args.op, target=target)
+    if not records and args.op is not None:
+        from ir.library import get_op
+
+        get_op(args.op)  # an unknown operator is refused like everywhere else (custom ones stored)
     lines = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
     if args.output is None:
         sys.stdout.write(lines)

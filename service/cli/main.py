@@ -33,6 +33,7 @@ from service.cli.worker import add_worker_parser, cmd_worker
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="loomtune", description="Auto-tune tensor programs for CPUs.")
+    p.add_argument("--version", action="version", version=f"loomtune {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     add_run_parsers(sub)
     add_export_parser(sub)
@@ -45,6 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name in DATABASE_COMMANDS:
         _add_database_option(sub.choices[name])
     return p
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("loomtune")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 DATABASE_COMMANDS = ("run", "tune", "best", "export", "db", "model", "serve", "token")

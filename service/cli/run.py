@@ -17,6 +17,7 @@ from service.cli.common import (
     positive_int,
     print_json,
     resolve_task,
+    warn_oversubscribed,
 )
 from service.cli.model import add_coordinator_options, cmd_run_model
 
@@ -155,6 +156,7 @@ def _run_and_report(task: Any, program: Any, target: Any, *, as_json: bool) -> i
     from workers.compare import compare_with_numpy
 
     threads = target.num_threads
+    warn_oversubscribed(threads)
     log(f"compiling {task.op} {params_text(task.params)} for {target.cpu} ...")
     kernel = compile_program(program, target)
     against = "the evaluator" if baseline_of(task) == EVALUATOR else "numpy"

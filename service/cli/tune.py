@@ -13,6 +13,7 @@ from service.cli.common import (
     EXIT_INTERRUPTED,
     StopNow,
     UsageError,
+    check_strategy,
     log,
     params_text,
     positive_int,
@@ -64,6 +65,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         raise UsageError(f"--plot writes a PNG file; got {args.plot!r}")
+    check_strategy(args.strategy)
     if args.model is not None:
         if args.workload or args.workload_file or args.tasks:
             raise UsageError("tune: give an operator, --workload, --tasks or --model, not several")

@@ -228,3 +228,49 @@ def test_tune_of_a_custom_workload_claims_no_numpy_speedup() -> None:
     out = tune_result(outcome, 2)
     assert out["baseline"] == "evaluator" and out["speedup_vs_numpy"] is None
     assert out["latency_ms"] == pytest.approx(0.01) and out["numpy_ms"] == pytest.approx(5.0)
+
+
+# -- 5. the smaller promises --------------------------------------------------------------------
+
+
+def one_line_error(code: int, err: str, *words: str) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("loomtune: error:"), err
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_version_and_argparse_errors_without_a_doubled_prefix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from service.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("loomtune ")
+    one_line_error(main(["run", "gelu", "--threads", "0"]), capsys.readouterr().err, "run: ")
+    one_line_error(main(["db", "export", "--target"]), capsys.readouterr().err, "db export: ")
+    assert "loomtune run" not in capsys.readouterr().err
+
+
+def test_unknown_operator_and_strategy_refused_before_anything(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.cli.main import main
+
+    monkeypatch.setenv("LOOMTUNE_DATABASE_URL", f"sqlite:///{tmp_path / 'x.db'}")
+    code = main(["db", "export", "--op", "matmull"])
+    out = capsys.readouterr()
+    one_line_error(code, out.err, "unknown operator 'matmull'")
+    assert out.out == ""
+    code = main(["tune", "gelu", "--strategy", "random"])
+    one_line_error(code, capsys.readouterr().err, "unknown search strategy 'random'")
+
+
+def test_run_threads_above_the_cores_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    from service.cli.main import main
+
+    cores = len(os.sched_getaffinity(0))
+    assert main(["run", "gelu", "m=8", "n=8", "--threads", str(cores + 1), "--json"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and f"--threads {cores + 1}" in warnings[0]
