@@ -19,6 +19,7 @@ from service.cli.common import (
     print_json,
     resolve_task,
 )
+from service.cli.jobs import short_target
 
 
 def add_db_parsers(sub: Any) -> None:
@@ -88,7 +89,8 @@ def cmd_best(args: argparse.Namespace) -> int:
     record = database.best(task.key, target)
     if record is None:
         raise DatabaseError(
-            f"no correct record of {task.op} {params_text(task.params)} on {target}; tune it first"
+            f"no correct record of {task.op} {params_text(task.params)} on {short_target(target)}; "
+            "tune it first"
         )
     final = database.final(task.key, target)
     retimed_ms = (
@@ -116,7 +118,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
-        print(f"{task.op} {params_text(task.params)} on {record.target}")
+        print(f"{task.op} {params_text(task.params)} on {short_target(record.target)}")
         print(best_line(record.median_ms, len(record.run_times_ms), retimed_ms))
         print(
             f"record {record.record_id}, measured {record.measured_at.isoformat()} by {record.worker or '?'}"

@@ -14,6 +14,7 @@ from service.cli.common import (
     positive_int,
     resolve_task,
 )
+from service.cli.jobs import short_target
 
 
 def add_export_parser(sub: Any) -> None:
@@ -88,7 +89,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.trace is None:
         program, source = _stored_or_default(task, target)
     if not is_host(target):
-        log(f"compiling for {target.canonical()}, not this machine's CPU ({host_target().cpu})")
+        log(
+            f"compiling for {short_target(target.canonical())}, "
+            f"not this machine's CPU ({host_target().cpu})"
+        )
     log(source)
     written = export_kernel(program, target, symbol=symbol, fmt=args.fmt, output=args.output)
     log("wrote " + ", ".join(str(path) for path in written))

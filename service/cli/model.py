@@ -20,6 +20,7 @@ from service.cli.common import (
     positive_int,
     print_json,
 )
+from service.cli.jobs import short_target  # the display form `jobs` prints
 
 
 def add_model_parser(sub: Any) -> None:
@@ -147,7 +148,7 @@ def _print_inspect(result: dict[str, Any], plan: Any, target: Any) -> None:
         )
     Console(width=160).print(table)
     print(f"arena: {plan.arena_bytes:,} bytes for {plan.stored_bytes:,} bytes of activations")
-    print(f"target: {target.canonical()}")
+    print(f"target: {short_target(target.canonical())}")
 
 
 def cmd_run_model(args: argparse.Namespace) -> int:
@@ -224,7 +225,7 @@ def print_run(r: dict[str, Any], tasks: int | None = None) -> None:
     Console().print(table)
     print(
         f"correct: {r['correct']}  max |error|: {r['max_abs_err']:.3g}  tuned tasks: "
-        f"{r['tuned_tasks']}/{n}  threads: {r['threads']}  target: {r['target']}"
+        f"{r['tuned_tasks']}/{n}  threads: {r['threads']}  target: {short_target(r['target'])}"
     )
 
 

@@ -19,6 +19,7 @@ from service.cli.common import (
     resolve_task,
     warn_oversubscribed,
 )
+from service.cli.jobs import short_target  # the display form `jobs` prints
 from service.cli.model import add_coordinator_options, cmd_run_model
 
 
@@ -203,4 +204,4 @@ def _print_result_table(r: dict[str, Any]) -> None:
     else:
         table.add_row("loomtune", "wrong result", "", "")
     Console().print(table)
-    print(f"correct: {r['correct']}  threads: {r['threads']}  target: {r['target']}")
+    print(f"correct: {r['correct']}  threads: {r['threads']}  target: {short_target(r['target'])}")

@@ -20,6 +20,7 @@ from service.cli.common import (
     print_json,
     resolve_task,
 )
+from service.cli.jobs import short_target  # the display form `jobs` prints
 from tuner.database import STATUSES
 
 
@@ -411,4 +412,6 @@ def _print_table(r: dict[str, Any]) -> None:
     Console(stderr=False).print(table)
     failed = ", ".join(f"{k} {v}" for k, v in r["failures"].items() if v) or "none"
     print(f"trials: {r['trials_done']} of {r['trials']} ({r['stop_reason']}); failures: {failed}")
-    print(f"strategy: {r['strategy']}  threads: {r['threads']}  target: {r['target']}")
+    print(
+        f"strategy: {r['strategy']}  threads: {r['threads']}  target: {short_target(r['target'])}"
+    )

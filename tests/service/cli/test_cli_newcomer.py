@@ -274,3 +274,21 @@ def test_run_threads_above_the_cores_warns(capsys: pytest.CaptureFixture[str]) -
     assert main(["run", "gelu", "m=8", "n=8", "--threads", str(cores + 1), "--json"]) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and f"--threads {cores + 1}" in warnings[0]
+
+
+# -- 6. targets shown short (the canonical string stays in --json) ------------------------------
+
+
+def test_text_output_and_errors_show_the_short_target(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.cli.main import main
+
+    assert main(["run", "gelu", "m=8", "n=8"]) == 0
+    out = capsys.readouterr().out
+    assert "features), 1 thread(s)" in out and "-mattr" not in out
+    monkeypatch.setenv("LOOMTUNE_DATABASE_URL", f"sqlite:///{tmp_path / 'x.db'}")
+    code = main(["best", "gelu", "m=8", "n=8"])
+    err = capsys.readouterr().err
+    one_line_error(code, err, "features), 1 thread(s)")
+    assert "-mattr" not in err
