@@ -258,6 +258,7 @@ def _models(result: dict[str, Any]) -> dict[str, list[Row]]:
             "repeats": (r.get("measure") or {}).get("repeat"),
             "correct": r["correct"],
             "max_abs_err": r.get("max_abs_err"),
+            "others": None if not r.get("others_load") else sum(r["others_load"].values()),
         }
         for r in result["rows"]
     ]

@@ -86,6 +86,7 @@ TITLES = {
     "torch_ms": "PyTorch ms",
     "x_onnxruntime": "× ONNX Runtime",
     "max_abs_err": "max abs err",
+    "others": "others' CPU share",
     "weights_mb": "weights",
     "loomtune_peak_mb": "loomtune peak",
     "onnxruntime_peak_mb": "ONNX Runtime peak",
@@ -94,7 +95,7 @@ TITLES = {
     "onnxruntime_holds_mb": "ONNX Runtime holds",
     "torch_holds_mb": "PyTorch holds",
 }
-PERCENT = {"gradient_change", "foresight_change", "gradient_below"}
+PERCENT = {"gradient_change", "foresight_change", "gradient_below", "others"}
 
 
 def machine_name(m: dict[str, Any]) -> str:
