@@ -19,8 +19,6 @@ from ir.errors import ModelError
 MIN_OPSET, MAX_OPSET = 7, 25
 """The default-domain opsets the importer knows (13–21 tested)."""
 
-TWO_GB = 2**31 - 1  # protobuf's limit: larger models are checked from their path
-
 
 def _first_line(error: Exception) -> str:
     text = str(error).strip()
@@ -112,6 +110,46 @@ def _check_static_inputs(model: onnx.ModelProto, label: str) -> None:
                 )
 
 
+LARGE_TENSOR_BYTES = 1 << 16
+"""Weights above this size are checked by their type alone (see `_skeleton`)."""
+
+
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its large weights turned into typed graph inputs.
+
+    The checker and shape inference serialise the model they are given; on the weights of
+    BERT-base that is several copies of 400 MB at once. They need the weights' types, not
+    their data (small constants, the ones shape computations read, stay), and the
+    skeleton also stays far below protobuf's 2 GB limit.
+    """
+    graph = model.graph
+    large = [t for t in graph.initializer if t.ByteSize() > LARGE_TENSOR_BYTES]
+    if not large:
+        return model
+    large_names = {t.name for t in large}
+    listed = {v.name for v in graph.input}
+    skeleton = onnx.ModelProto(
+        ir_version=model.ir_version,
+        opset_import=model.opset_import,
+        functions=model.functions,
+        producer_name=model.producer_name,
+    )
+    sk = skeleton.graph
+    sk.name = graph.name
+    sk.node.extend(graph.node)
+    sk.input.extend(graph.input)
+    sk.input.extend(
+        onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        for t in large
+        if t.name not in listed
+    )
+    sk.output.extend(graph.output)
+    sk.value_info.extend(graph.value_info)
+    sk.initializer.extend(t for t in graph.initializer if t.name not in large_names)
+    sk.sparse_initializer.extend(graph.sparse_initializer)
+    return skeleton
+
+
 def read_model(
     source: object, base_dir: str | os.PathLike | None = None
 ) -> tuple[onnx.ModelProto, str, int]:
@@ -132,14 +170,12 @@ def read_model(
         except (OSError, ValueError, onnx.checker.ValidationError) as e:
             raise ModelError(f"{label}: cannot read external data ({_first_line(e)})") from None
     try:
-        if model.ByteSize() < TWO_GB:
-            onnx.checker.check_model(model)
-            # strict inference validates types and shapes; its result (a copy) is not kept
-            onnx.shape_inference.infer_shapes(
-                model, check_type=True, strict_mode=True, data_prop=True
-            )
-        elif path is not None:
-            onnx.checker.check_model(str(path))
+        skeleton = _skeleton(model)
+        onnx.checker.check_model(skeleton)
+        # strict inference validates types and shapes; its result (a copy) is not kept
+        onnx.shape_inference.infer_shapes(
+            skeleton, check_type=True, strict_mode=True, data_prop=True
+        )
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ModelError(f"{label}: invalid ONNX model ({_first_line(e)})") from None
     _check_static_inputs(model, label)
