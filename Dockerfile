@@ -12,6 +12,7 @@ WORKDIR /src
 # Only what the package is built from (tests, benchmarks and examples stay out).
 COPY pyproject.toml README.md ./
 COPY ir ir
+COPY frontend frontend
 COPY codegen codegen
 COPY tuner tuner
 COPY workers workers
