@@ -553,6 +553,16 @@ def outstanding_hashes(session: Session, job_id: int) -> frozenset[str]:
     )
 
 
+def tuning_candidates(session: Session, job_id: int) -> int:
+    """Tuning candidates a job has written and not withdrawn: measured or still waiting.
+
+    One statement, so a result posted meanwhile cannot be counted twice or not at all.
+    """
+    live = m.Candidate.status.in_(("pending", "leased", "done"))
+    query = select(func.count()).where(m.Candidate.job_id == job_id, m.Candidate.confirms == "")
+    return int(session.scalar(query.where(live)) or 0)
+
+
 def job_records(session: Session, job_id: int) -> list[TuningRecord]:
     """Everything a job measured, oldest first."""
     return records_of_job(session, job_id)

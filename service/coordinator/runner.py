@@ -250,9 +250,11 @@ class JobRunnerService:
             with self.sessions.read() as s:
                 progress = jobs.job_progress(s, job_id)
                 pending = jobs.outstanding_hashes(s, job_id)
+                written = jobs.tuning_candidates(s, job_id)
             # Candidates an earlier runner wrote still count toward the budget: they are
-            # measured and waited for, and the search does not propose them again.
-            remaining = max(0, progress.budget - progress.trials_done - len(pending))
+            # measured and waited for, and the search does not propose them again. Counted in
+            # one statement: trials_done and the pending ones, read apart, race a result post.
+            remaining = max(0, progress.budget - written)
             database = SQLDatabase(self.engine)
             context = SearchContext(
                 task, target, make_space(task, parse_target(target)), database, pending
