@@ -56,12 +56,16 @@ def use_database_option(args: argparse.Namespace) -> None:
     from service.db.engine import DATABASE_URL_ENV, database_url, default_database_path
     from service.db.url import check_database_url
 
+    # `db upgrade` is asked to make a database: it may make its folder, as before.
+    creates = args.command == "db" and getattr(args, "db_command", None) == "upgrade"
     if getattr(args, "database", None) is not None:
-        os.environ[DATABASE_URL_ENV] = check_database_url(args.database.strip())
+        url = args.database.strip()
+        os.environ[DATABASE_URL_ENV] = check_database_url(url, folder_must_exist=not creates)
     opens = hasattr(args, "database") and getattr(args, "coordinator", None) is None
     if opens and (args.command != "run" or args.model is not None):  # run: only with --model
         url = database_url()
-        check_database_url(url, folder_must_exist=url != f"sqlite:///{default_database_path()}")
+        default = url == f"sqlite:///{default_database_path()}"
+        check_database_url(url, folder_must_exist=not (default or creates))
 
 
 def check_strategy(name: str | None) -> None:

@@ -50,6 +50,7 @@ RUN_FIELDS = {
     "gflops",
     "numpy_ms",
     "speedup_vs_numpy",
+    "baseline",
 }
 
 
@@ -140,7 +141,10 @@ def _check_run_fields(r: dict) -> None:
     assert r["correct"] is True
     assert isinstance(r["latency_ms"], float) and r["latency_ms"] > 0
     assert isinstance(r["numpy_ms"], float) and r["numpy_ms"] > 0
-    assert isinstance(r["speedup_vs_numpy"], float)
+    if r["baseline"] == "evaluator":  # a custom workload: the DSL evaluator is not numpy's speed
+        assert r["speedup_vs_numpy"] is None
+        return
+    assert r["baseline"] == "numpy" and isinstance(r["speedup_vs_numpy"], float)
     assert r["speedup_vs_numpy"] == pytest.approx(r["numpy_ms"] / r["latency_ms"], rel=1e-9)
 
 
@@ -182,6 +186,7 @@ def test_run_custom_workload_file_with_size_override() -> None:
     assert r["params"]["m"] == 5
     assert r["params"] == {"m": 5, "n": 48, "k": 32}
     assert r["gflops"] is None  # a custom workload has no FLOP count
+    assert r["baseline"] == "evaluator"
 
 
 def test_run_human_output_says_correct() -> None:
