@@ -28,7 +28,7 @@ from ir.task import Task
 from service.model import ModelCheck, Schedules
 from tuner.database import Database, TuningRecord
 from tuner.runner import Runner
-from tuner.search.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
+from tuner.search.loop import DEFAULT_BATCH, StopRuleLike, Trial, TuneRun, tune_loop
 from tuner.search.strategy import SearchContext, default_strategy, make_strategy
 from tuner.space.base import DesignSpace
 from tuner.trace.trace import Trace
@@ -116,11 +116,14 @@ def tune_task(
     on_trial: Callable[[Trial], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     compare: bool = True,
+    stop_rule: StopRuleLike | None = None,
 ) -> TuneOutcome:
     """Measure `trials` new candidates of `task`, then compile and check the best stored one.
 
     With `compare`, the best kernel is verified and timed against numpy
     (limited to the same threads) in this process; otherwise it is only compiled.
+    A `stop_rule` (`tuner.search.stopping`: a time budget, early stopping) may end
+    the run before `trials`.
     """
     if database is None:
         from service.db.store import open_database
@@ -147,6 +150,7 @@ def tune_task(
             batch_size=batch_size,
             on_trial=on_trial,
             should_stop=should_stop,
+            stop_rule=stop_rule,
         )
     finally:
         if own_runner:
@@ -185,6 +189,7 @@ def tune_tasks(
     on_trial: Callable[[Trial], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     compare: bool = True,
+    stop_rule: StopRuleLike | None = None,
 ) -> TasksOutcome:
     """Share `trials` among weighted tasks (`tuner.search.task_scheduler`), then check each best."""
     from tuner.search.task_scheduler import (
@@ -229,13 +234,14 @@ def tune_tasks(
             on_trial(Trial(done[0], trial.trace, trial.result, trial.record, trial.best_ms))
 
     try:
-        scheduler.run(trials, on_trial=count, should_stop=should_stop)
+        scheduler.run(trials, on_trial=count, should_stop=should_stop, stop_rule=stop_rule)
     finally:
         if own_runner:
             runner.close()
     outcomes = []
     for t in scheduled:
         t.run.interrupted = scheduler.interrupted
+        t.run.stopped_by = scheduler.stopped_by
         outcomes.append(_finish(t.task, target, name, t.run, database, compare))
     return TasksOutcome(outcomes, [w for _, w in tasks], scheduler.order)
 
@@ -389,6 +395,7 @@ class ModelTuning:
         self.remaining = max(0, trials - sum(stored.values()))
         self.runs: list[TuneRun | None] = [None] * len(self.tasks)
         self.interrupted = False
+        self.stopped_by: str | None = None
         self.seconds = 0.0
 
     def tune(
@@ -397,6 +404,7 @@ class ModelTuning:
         runner: Runner | None = None,
         on_trial: Callable[[int, Trial], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        stop_rule: StopRuleLike | None = None,
     ) -> int:
         """Measure the remaining budget; `on_trial(task index, trial)` after each result, with
         the task's `best_ms` already updated. How many trials were done."""
@@ -444,12 +452,15 @@ class ModelTuning:
             config=SchedulerConfig(seed=self.seed),
         )
         try:
-            done = scheduler.run(self.remaining, on_trial=count, should_stop=should_stop)
+            done = scheduler.run(
+                self.remaining, on_trial=count, should_stop=should_stop, stop_rule=stop_rule
+            )
         finally:
             if own_runner:
                 runner.close()
             self.seconds += time.perf_counter() - start
         self.interrupted = scheduler.interrupted
+        self.stopped_by = scheduler.stopped_by
         self.runs = [s.run for s in scheduled]
         return done
 
@@ -499,6 +510,8 @@ class ModelTuning:
             return f"budget of {self.trials} trials already spent ({spent} stored)"
         if self.interrupted:
             return f"interrupted after {done} of {self.remaining} trials"
+        if self.stopped_by is not None:
+            return f"{self.stopped_by} after {done} of {self.remaining} trials"
         if done < self.remaining:
             return f"the design spaces ran out of new candidates after {done} trials"
         return f"budget of {self.trials} trials spent ({done} this run)"

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ir.errors import LoomtuneError
+from service.cli.browse import add_prune_parser, cmd_db_prune
 from service.cli.common import (
     Parser,
     UsageError,
@@ -49,7 +50,7 @@ def add_db_parsers(sub: Any) -> None:
         "--token", metavar="T", help="with --coordinator: API token (default: LOOMTUNE_TOKEN)"
     )
 
-    db = sub.add_parser("db", help="the tuning database: upgrade, export, import")
+    db = sub.add_parser("db", help="the tuning database: upgrade, export, import, prune")
     db_sub = db.add_subparsers(dest="db_command", required=True, parser_class=Parser)
     db_sub.add_parser("upgrade", help="create or migrate the schema to this loomtune's")
     db_export = db_sub.add_parser("export", help="records as self-contained JSON lines")
@@ -69,6 +70,7 @@ def add_db_parsers(sub: Any) -> None:
         help="void every record a registered worker posted and quarantine it",
     )
     db_invalidate.add_argument("worker_id", type=int, metavar="ID", help="the worker's id")
+    add_prune_parser(db_sub)
 
 
 def cmd_best(args: argparse.Namespace) -> int:
@@ -132,6 +134,7 @@ def cmd_db(args: argparse.Namespace) -> int:
         "export": _db_export,
         "import": _db_import,
         "invalidate-worker": _db_invalidate_worker,
+        "prune": cmd_db_prune,
     }[args.db_command](args)
 
 

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from ir.errors import LoomtuneError
+from service.cli.browse import add_browse_parsers, cmd_records, cmd_workloads
 from service.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_USER_ERROR,
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parsers(sub)
     add_export_parser(sub)
     add_db_parsers(sub)
+    add_browse_parsers(sub)
     add_tune_parser(sub)
     add_coordinator_parsers(sub)
     add_jobs_parsers(sub)
@@ -57,7 +59,10 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-DATABASE_COMMANDS = ("run", "tune", "best", "export", "db", "model", "serve", "token")
+DATABASE_COMMANDS = (
+    *("run", "tune", "best", "export", "db", "model", "serve", "token"),
+    *("workloads", "records"),
+)
 """The commands that open the tuning database (`run` with --model) take `--database URL`."""
 
 
@@ -78,6 +83,8 @@ COMMANDS = {
     "export": cmd_export,
     "best": cmd_best,
     "db": cmd_db,
+    "workloads": cmd_workloads,
+    "records": cmd_records,
     "tune": cmd_tune,
     "serve": cmd_serve,
     "token": cmd_token,

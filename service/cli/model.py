@@ -233,6 +233,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     """`tune --model`: the model's tasks under one budget, then the model verified and timed."""
     from service.cli.tune import graceful_interrupt
     from service.tuning import ModelTuning
+    from tuner.search.stopping import stopping_rules
 
     tuning = ModelTuning(
         args.model,
@@ -250,9 +251,15 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
             f"({spent} stored, {tuning.remaining} to measure), {args.threads} thread(s)"
         )
         with _TaskProgress(tuning) as on_trial, graceful_interrupt() as should_stop:
-            tuning.tune(on_trial=on_trial, should_stop=should_stop)
+            tuning.tune(
+                on_trial=on_trial,
+                should_stop=should_stop,
+                stop_rule=stopping_rules(args.time_budget, args.early_stop),
+            )
         if tuning.interrupted:
             log("stopped: interrupted; what was measured is stored")
+        elif tuning.stopped_by is not None:
+            log(f"stopped: {tuning.stopped_by}")
     log(f"compiling {len(tuning.tasks)} tasks with their best schedules; {timing_note()}")
     outcome = tuning.finish()
     for problem in outcome.schedules.problems:

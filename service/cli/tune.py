@@ -16,6 +16,7 @@ from service.cli.common import (
     check_strategy,
     log,
     params_text,
+    positive_float,
     positive_int,
     print_json,
     resolve_task,
@@ -58,11 +59,24 @@ def add_tune_parser(sub: Any) -> None:
     tune.add_argument(
         "--plot", metavar="FILE.png", help="write the tuning curve (best so far vs trials)"
     )
+    tune.add_argument(
+        "--time-budget",
+        type=positive_float,
+        metavar="SECONDS",
+        help="start no new trial after SECONDS of tuning (the result in hand finishes)",
+    )
+    tune.add_argument(
+        "--early-stop",
+        type=positive_int,
+        metavar="N",
+        help="stop after N trials in a row that do not improve the best",
+    )
     tune.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from service.tuning import tune_task
+    from tuner.search.stopping import stopping_rules
 
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         raise UsageError(f"--plot writes a PNG file; got {args.plot!r}")
@@ -94,8 +108,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             seed=args.seed,
             on_trial=on_trial,
             should_stop=should_stop,
+            stop_rule=stopping_rules(args.time_budget, args.early_stop),
         )
-    if outcome.run.interrupted or outcome.run.exhausted:
+    if outcome.run.interrupted or outcome.run.exhausted or outcome.run.stopped_by:
         log(f"stopped: {outcome.run.stop_reason}")
     result = tune_result(outcome, args.trials)
     if args.plot is not None:
@@ -210,6 +225,7 @@ def load_tasks_file(path: str) -> list[tuple[Any, float]]:
 
 def _cmd_tune_tasks(args: argparse.Namespace) -> int:
     from service.tuning import tune_tasks
+    from tuner.search.stopping import stopping_rules
 
     tasks = load_tasks_file(args.tasks)
     log(
@@ -224,6 +240,7 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
             seed=args.seed,
             on_trial=on_trial,
             should_stop=should_stop,
+            stop_rule=stopping_rules(args.time_budget, args.early_stop),
         )
     results = [tune_result(o, o.run.trials_done) for o in outcome.outcomes]
     for r, (_, w) in zip(results, tasks):

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Protocol
 
 from ir.task import Task
 from tuner.database import Database, TuningRecord
@@ -58,6 +59,8 @@ class TuneRun:
     search_seconds: float = 0.0
     """Of `seconds`, the time the strategy spent proposing and observing (the rest is measuring)."""
     best_trial: Trial | None = None
+    stopped_by: str | None = None
+    """Why a stopping rule (`tuner.search.stopping`) ended the run, if one did."""
 
     @property
     def stop_reason(self) -> str:
@@ -65,7 +68,17 @@ class TuneRun:
             return f"interrupted after {self.trials_done} of {self.trials} trials"
         if self.exhausted:
             return f"the design space ran out of new candidates after {self.trials_done} of {self.trials} trials"
+        if self.stopped_by is not None:
+            return f"{self.stopped_by} after {self.trials_done} of {self.trials} trials"
         return f"budget of {self.trials} trials spent"
+
+
+class StopRuleLike(Protocol):
+    """What the loop asks of a stopping rule (`tuner.search.stopping.StopRule`)."""
+
+    def observe(self, trial: Trial) -> None: ...
+
+    def reason(self) -> str | None: ...
 
 
 WAIT_SLICE_S = 0.25
@@ -115,14 +128,17 @@ def tune_loop(
     on_trial: Callable[[Trial], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     job_id: int | None = None,
+    stop_rule: StopRuleLike | None = None,
 ) -> TuneRun:
     """Measure up to `trials` new candidates of `task` on `target`.
 
     Ends early when the strategy has nothing new (`exhausted`), when
     `should_stop()` says so — checked between results and while waiting for
     one, so a trial is either recorded and counted or neither — or on Ctrl-C
-    (`interrupted`; what was measured is already stored). The runner is not
-    closed here: its owner closes it.
+    (`interrupted`; what was measured is already stored). A `stop_rule`
+    (`tuner.search.stopping`) is asked before each proposal and after each
+    recorded trial; when it says why, the run ends there (`stopped_by`), the
+    result in hand recorded. The runner is not closed here: its owner closes it.
     """
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
@@ -134,6 +150,9 @@ def tune_loop(
         while run.trials_done < trials:
             if should_stop is not None and should_stop():
                 run.interrupted = True
+                break
+            if stop_rule is not None and (why := stop_rule.reason()) is not None:
+                run.stopped_by = why
                 break
             t_search = time.perf_counter()
             traces = strategy.propose(min(batch_size, trials - run.trials_done))
@@ -167,10 +186,15 @@ def tune_loop(
                     run.best_trial = trial
                 if on_trial is not None:
                     on_trial(trial)
+                if stop_rule is not None:
+                    stop_rule.observe(trial)
+                    if (why := stop_rule.reason()) is not None:
+                        run.stopped_by = why
+                        break
             t_search = time.perf_counter()
             strategy.observe(traces[: len(results)], results)
             run.search_seconds += time.perf_counter() - t_search
-            if run.interrupted:
+            if run.interrupted or run.stopped_by is not None:
                 break
     except KeyboardInterrupt:
         run.interrupted = True

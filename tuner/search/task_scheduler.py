@@ -31,7 +31,7 @@ from ir.task import Task
 from tuner.cost_model.model import XGBCostModel
 from tuner.database import Database
 from tuner.runner import Runner
-from tuner.search.loop import DEFAULT_BATCH, Trial, TuneRun, tune_loop
+from tuner.search.loop import DEFAULT_BATCH, StopRuleLike, Trial, TuneRun, tune_loop
 from tuner.search.strategy import SearchContext, SearchStrategy, make_strategy
 from tuner.space.base import DesignSpace
 
@@ -148,6 +148,7 @@ class TaskScheduler:
         self.order: list[int] = []
         """Which task each batch went to, in order."""
         self.interrupted = False
+        self.stopped_by: str | None = None
         self.seconds = 0.0
 
     def _next(self, turn: int) -> int | None:
@@ -162,8 +163,10 @@ class TaskScheduler:
         trials: int,
         on_trial: Callable[[ScheduledTask, Trial], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        stop_rule: StopRuleLike | None = None,
     ) -> int:
-        """Spend `trials` over the tasks; how many were done."""
+        """Spend `trials` over the tasks; how many were done. A `stop_rule` watches every
+        task's trials together and ends the whole run (`stopped_by`)."""
         start = time.perf_counter()
         done = 0
         turn = 0
@@ -188,6 +191,7 @@ class TaskScheduler:
                     batch_size=n,
                     on_trial=callback,
                     should_stop=should_stop,
+                    stop_rule=stop_rule,
                 )
                 self.order.append(index)
                 _merge(t.run, part)
@@ -196,6 +200,9 @@ class TaskScheduler:
                     t.exhausted = True
                 if part.interrupted:
                     self.interrupted = True
+                    break
+                if part.stopped_by is not None:
+                    self.stopped_by = part.stopped_by
                     break
         finally:
             self.seconds = time.perf_counter() - start
@@ -217,6 +224,7 @@ def _merge(total: TuneRun, part: TuneRun) -> None:
     total.seconds += part.seconds
     total.exhausted = part.exhausted
     total.interrupted = part.interrupted
+    total.stopped_by = part.stopped_by
     if part.best_trial is not None and (
         total.best_trial is None
         or (part.best_trial.best_ms or float("inf")) < (total.best_trial.best_ms or float("inf"))
