@@ -10,7 +10,7 @@ import functools
 
 import llvmlite.binding as llvm
 
-from ir.target import Target
+from ir.target import Target, parse_short
 
 __all__ = [
     "host_cpu_disabled_features",
@@ -20,6 +20,7 @@ __all__ = [
     "is_host",
     "llvm_version",
     "parse_target",
+    "parse_user_target",
 ]
 
 
@@ -62,6 +63,22 @@ def host_target(num_threads: int = 1) -> Target:
 def parse_target(text: str) -> Target:
     """:meth:`Target.parse` with ``host`` resolved to this machine."""
     return Target.parse(text, host=host_target)
+
+
+def parse_user_target(text: str) -> Target:
+    """A target a user typed: short forms too (``znver3``, ``llvm -mcpu=znver3``).
+
+    A short form naming this machine's CPU is this machine (its detected
+    features, which a hypervisor may have trimmed), so ``--target znver3`` on
+    a znver3 host finds the records tuned here; any other CPU gets LLVM's
+    features for it (:func:`ir.target.parse_short`).
+    """
+    short = parse_short(text)
+    if short is None:
+        return parse_target(text)
+    if short.cpu == host_cpu_name():
+        return host_target(short.num_threads)
+    return short
 
 
 def is_host(target: Target) -> bool:

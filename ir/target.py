@@ -16,9 +16,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from ir.cpus import closest_cpus, cpu_features
 from ir.errors import LoomtuneError
 
-__all__ = ["Target", "TargetError"]
+__all__ = ["Target", "TargetError", "parse_short"]
 
 
 class TargetError(LoomtuneError, ValueError):
@@ -123,6 +124,10 @@ class Target:
     def __str__(self) -> str:
         return self.canonical()
 
+    def display(self) -> str:
+        """``znver3 (59 features), 1 thread(s)``: the canonical string is too long to read."""
+        return f"{self.cpu} ({len(self.features)} features), {self.num_threads} thread(s)"
+
     def has_feature(self, name: str) -> bool:
         """Whether ``name`` (``avx2`` or ``+avx2``) is enabled."""
         return ("+" + name.removeprefix("+")) in self.features
@@ -168,3 +173,38 @@ def _parse_mattr(value: str) -> tuple[str, ...]:
         if item[0] == "+":
             enabled.append(item)
     return tuple(enabled)
+
+
+def parse_short(text: str) -> Target | None:
+    """The target a short form names, else None (the text is ``host`` or a full target).
+
+    A short form is a bare CPU name (``znver3``, optionally ``-num-threads=N``)
+    or ``llvm -mcpu=CPU`` without ``-mattr``: users write the CPU, not its
+    feature list, so the features are LLVM's for that CPU (:mod:`ir.cpus`).
+    An unknown CPU is an error naming the closest known ones, since a target
+    no machine has would otherwise wait forever.
+    """
+    if not isinstance(text, str):
+        raise TargetError(f"a target must be a string, got {type(text).__name__}")
+    words = text.split()
+    if not words or words[0] == "host":
+        return None
+    if words[0] != "llvm":
+        if words[0].startswith("-"):
+            return None  # Target.parse says what is wrong
+        text = " ".join(["llvm", f"-mcpu={words[0]}", *words[1:]])
+        if any(w.startswith("-mattr") for w in words[1:]):
+            raise TargetError(f"write -mattr in a full target: 'llvm -mcpu={words[0]} -mattr=...'")
+    elif any(w.startswith("-mattr") for w in words[1:]):
+        return None
+    parsed = Target.parse(text)
+    features = cpu_features(parsed.cpu)
+    if features is None:
+        close = closest_cpus(parsed.cpu)
+        hint = (
+            f"did you mean {', '.join(close)}?"
+            if close
+            else "e.g. x86-64-v3, skylake-avx512, znver4"
+        )
+        raise TargetError(f"unknown CPU {parsed.cpu!r} (LLVM x86-64 names; {hint})")
+    return replace(parsed, features=features)

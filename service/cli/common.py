@@ -147,10 +147,10 @@ def resolve_task(words: Sequence[str], workload_file: str | None):
 
 
 def export_target(text: str, threads: int | None):
-    """`--target` with `--threads` applied; the two may not disagree on the thread count."""
-    from codegen.host import parse_target
+    """`--target` (short forms too: `znver3`) with `--threads` applied; the two must agree."""
+    from codegen.host import parse_user_target
 
-    target = parse_target(text)
+    target = parse_user_target(text)
     if threads is None:
         return target
     if "-num-threads=" in text and target.num_threads != threads:

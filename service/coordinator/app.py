@@ -29,7 +29,7 @@ from service.coordinator.deps import CoordinatorState, State, lookup_caller
 from service.coordinator.errors import ApiError, Invalid, Unauthorized
 from service.coordinator.gate import Gate
 from service.coordinator.metrics import Metrics
-from service.coordinator.routes import jobs, schedules, tokens, workers, workloads
+from service.coordinator.routes import jobs, schedules, targets, tokens, workers, workloads
 from service.coordinator.schemas import Health
 from service.coordinator.settings import METRICS_TOKEN_ENV, Settings
 from service.coordinator.tokens import CallerCache, ensure_admin_token
@@ -139,7 +139,7 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         authenticate=functools.partial(lookup_caller, state),
     )
-    for module in (jobs, schedules, workloads, tokens, workers):
+    for module in (jobs, schedules, workloads, targets, tokens, workers):
         app.include_router(module.router)
     _add_error_handlers(app)
     _add_health_and_metrics(app)

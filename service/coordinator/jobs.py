@@ -142,18 +142,17 @@ def resolve_target(
     """
     from codegen.host import parse_target
     from ir.target import TargetError
+    from service.coordinator.targets import resolve_short  # short forms: see that module
 
     if not isinstance(text, str) or len(text) > MAX_TARGET:
         raise Invalid(loc, f"a target is a string of at most {MAX_TARGET} characters")
+    served = served_targets(session, alive_seconds=alive_seconds)
     try:
-        parsed = parse_target(text)
+        parsed = resolve_short(session, text, served, loc) or parse_target(text)
     except TargetError as e:
         raise Invalid(loc, str(e)) from None
     if text.split()[0] == "host":
-        machines = {
-            parse_target(t).with_threads(1)
-            for t in served_targets(session, alive_seconds=alive_seconds)
-        }
+        machines = {parse_target(t).with_threads(1) for t in served}
         if not machines:
             raise Invalid(
                 loc,
