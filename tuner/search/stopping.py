@@ -18,20 +18,28 @@ StopRule = StopRuleLike
 
 
 class TimeBudget:
-    """Start no new trial once `seconds` have passed since the rule was made."""
+    """Start no new trial once `seconds` have passed since the loop first asked.
+
+    The clock starts at that first question, not when the rule is made, so
+    starting the measurement processes is not counted against the budget and a
+    run always gets to start tuning.
+    """
 
     def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         if not seconds > 0:
             raise ValueError(f"a time budget must be positive, got {seconds}")
         self.seconds = seconds
         self.clock = clock
-        self.start = clock()
+        self.start: float | None = None
 
     def observe(self, trial: Trial) -> None:
         pass
 
     def reason(self) -> str | None:
-        if self.clock() - self.start >= self.seconds:
+        now = self.clock()
+        if self.start is None:
+            self.start = now
+        if now - self.start >= self.seconds:
             return f"time budget of {self.seconds:g} s spent"
         return None
 

@@ -70,40 +70,73 @@ def test_workloads_and_records_list_what_the_tune_stored(tuned: tuple[str, dict]
     assert text.returncode == 0 and "dense m=32 n=32 k=32" in text.stdout
 
 
-def test_prune_dry_run_deletes_nothing_and_yes_deletes_only_old_ones(
-    tuned: tuple[str, dict],
-) -> None:
-    url, _ = tuned
+@pytest.fixture
+def stored(tmp_path: Path) -> str:
+    """A database of 12 simulated records of one workload (no compiling, deterministic)."""
+    from ir.task import library_task
+    from tuner.search.loop import tune_loop
+    from tuner.search.strategy import SearchContext, make_strategy
+    from tuner.simulated import SimulatedRunner
+    from tuner.space.simple import SimpleSpace
+
+    url = f"sqlite:///{tmp_path / 'loomtune.db'}"
+    db = open_database(url)
+    task = library_task("matmul", {"m": 64, "n": 48, "k": 32})
+    target = "llvm -mcpu=test -num-threads=1"
+    ctx = SearchContext(task, target, SimpleSpace(task.program), db)
+    strategy = make_strategy("replay", ctx, 0)
+    run = tune_loop(
+        task, target, strategy=strategy, runner=SimulatedRunner(), database=db, trials=12
+    )
+    assert run.trials_done == 12
+    db.engine.dispose()
+    return url
+
+
+def test_prune_dry_run_deletes_nothing_and_yes_deletes_only_old_ones(stored: str) -> None:
+    url = stored
     db = open_database(url)
     with db.sessions.begin() as session:
         ids = list(session.scalars(select(m.Record.record_id).order_by(m.Record.measured_at)))
-        old, new = ids[: len(ids) // 2], ids[len(ids) // 2 :]
+        old, new = ids[:8], ids[8:]
         session.execute(
             update(m.Record)
             .where(m.Record.record_id.in_(old))
             .values(measured_at=utc_now() - timedelta(days=30))
         )
-    assert old and new
+        best = session.scalar(
+            select(m.Record.record_id)
+            .where(m.Record.status == "ok")
+            .order_by(m.Record.trusted_ms, m.Record.measured_at)
+            .limit(1)
+        )
+        # Make the best an old record, so that prune has to keep it.
+        session.execute(
+            update(m.Record)
+            .where(m.Record.record_id == best)
+            .values(measured_at=utc_now() - timedelta(days=40))
+        )
+    old, new = [i for i in ids if i in old or i == best], [i for i in new if i != best]
 
     proc = loomtune(url, "db", "prune", "--older-than", "7", "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["dry_run"] and plan["deleted"] == 0
-    assert set(plan["to_delete"]) | set(plan["kept"]) == set(old)
-    assert "would delete" in proc.stderr
+    assert plan["kept"] == {best: "the workload's best on its target"}
+    assert set(plan["to_delete"]) == set(old) - {best}
+    assert "would delete" in proc.stderr and f"keeping record {best}" in proc.stderr
     with db.sessions() as session:
         assert len(list(session.scalars(select(m.Record.record_id)))) == len(ids)
 
+    proc = loomtune(url, "db", "prune", "--worker", "nobody", "--json")
+    assert json.loads(proc.stdout)["matched"] == 0
+
     proc = loomtune(url, "db", "prune", "--older-than", "7", "--yes", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["deleted"] == len(plan["to_delete"])
+    assert json.loads(proc.stdout)["deleted"] == len(old) - 1
     with db.sessions() as session:
         left = set(session.scalars(select(m.Record.record_id)))
-    assert left == set(new) | set(plan["kept"])
-    # The workload's best is kept (and said so) whether it was old or new.
-    with db.sessions() as session:
-        best_ids = set(session.scalars(select(m.Final.record_id)))
-    assert best_ids <= left
+    assert left == set(new) | {best}
     db.engine.dispose()
 
 

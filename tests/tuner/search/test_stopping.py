@@ -45,9 +45,9 @@ class FakeClock:
 
 def test_time_budget_stops_starting_trials_and_says_so() -> None:
     clock = FakeClock()
-    budget = TimeBudget(5, clock=clock)  # start at 1; spent at the 6th reading
+    budget = TimeBudget(5, clock=clock)  # starts at the loop's first question (1)
     run, db = _run(40, budget, batch_size=4)
-    # Asked once before the first proposal (2), then after each recorded trial (3, 4, 5, 6).
+    # Asked before each proposal (1, then 6 after the batch of 4) and after each trial (2-5).
     assert run.trials_done == 4 and not run.interrupted and not run.exhausted
     assert len(db.training_records(TARGET)) == 4  # what was measured is stored
     assert run.stopped_by == "time budget of 5 s spent"
