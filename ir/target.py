@@ -192,6 +192,11 @@ def parse_short(text: str) -> Target | None:
     if words[0] != "llvm":
         if words[0].startswith("-"):
             return None  # Target.parse says what is wrong
+        if cpu_features(words[0]) is None:
+            raise TargetError(
+                f"unknown CPU {words[0]!r}: a target starts with 'host' or 'llvm', or is an "
+                f"LLVM x86-64 CPU name ({_cpu_hint(words[0])})"
+            )
         text = " ".join(["llvm", f"-mcpu={words[0]}", *words[1:]])
         if any(w.startswith("-mattr") for w in words[1:]):
             raise TargetError(f"write -mattr in a full target: 'llvm -mcpu={words[0]} -mattr=...'")
@@ -200,11 +205,14 @@ def parse_short(text: str) -> Target | None:
     parsed = Target.parse(text)
     features = cpu_features(parsed.cpu)
     if features is None:
-        close = closest_cpus(parsed.cpu)
-        hint = (
-            f"did you mean {', '.join(close)}?"
-            if close
-            else "e.g. x86-64-v3, skylake-avx512, znver4"
+        raise TargetError(
+            f"unknown CPU {parsed.cpu!r} (LLVM x86-64 names; {_cpu_hint(parsed.cpu)})"
         )
-        raise TargetError(f"unknown CPU {parsed.cpu!r} (LLVM x86-64 names; {hint})")
     return replace(parsed, features=features)
+
+
+def _cpu_hint(name: str) -> str:
+    close = closest_cpus(name)
+    return (
+        f"did you mean {', '.join(close)}?" if close else "e.g. x86-64-v3, skylake-avx512, znver4"
+    )

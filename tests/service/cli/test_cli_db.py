@@ -126,7 +126,8 @@ def test_best_on_another_thread_count_is_another_target(url: str) -> None:
         "--target",
         "llvm -mcpu=generic -num-threads=1",
     )
-    assert_one_line_error(other, "no correct record", "generic (0 features), 1 thread(s)")
+    # `llvm -mcpu=generic` without -mattr is a short form: LLVM's features of that CPU
+    assert_one_line_error(other, "no correct record", "generic (", "features), 1 thread(s)")
 
 
 def test_best_writes_an_applyable_trace_file(url: str, tmp_path: Path) -> None:
