@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.scheduler_replay [--results DIR] [--draws N] [--out DIR]``
 
-Issue 13 asks the gradient policy to beat equal shares (128 trials each) under
+The goal: the gradient policy beats equal shares (128 trials each) under
 one budget of 768. Live, that verdict rests on the final kernels' timings,
 whose run-to-run spread on a shared VM is several percent. This replay asks
 the question without that noise: the best-so-far curves that the main tune

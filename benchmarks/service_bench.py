@@ -10,7 +10,7 @@ database of `LOOMTUNE_TEST_DATABASE_URL` (default the local `test`
 database), prepared by `loomtune db upgrade` and dropped afterwards, also
 when the run fails.
 
-1. **Throughput** (issue 11's goal: at least `GOAL_RESULTS_PER_S` result
+1. **Throughput** (the goal: at least `GOAL_RESULTS_PER_S` result
    submissions per second on PostgreSQL from 16 simulated workers). A
    simulated worker is a thread with its own `httpx.Client` (keep-alive)
    speaking the real worker API: registered (`POST /v1/workers`) before the
@@ -23,10 +23,10 @@ when the run fails.
    is timed. Results/s = results the coordinator accepted / the window;
    lease round trip = the client-side time of one lease call.
 2. **Sweep**: the same with 1, 2, 4, ..., 64 workers; lease p95 per count and
-   the first count above `LEASE_P95_LIMIT_MS` (issue 12). The simulated
+   the first count above `LEASE_P95_LIMIT_MS`. The simulated
    workers never measure, so each asks again at once: a real worker spends
    most of its time measuring and asks far less often.
-3. **Measurement throughput**, the same job both ways (issue 12): matmul
+3. **Measurement throughput**, the same job both ways: matmul
    64×64×64, replay strategy, seed 0, `MEASURE_TRIALS` candidates.
    *Embedded*: `service.tuning.tune_task` with a `LocalPool` of one-thread
    slots (one per usable core; its processes started before the clock) and a
@@ -69,10 +69,10 @@ from benchmarks.db_queries import (
 )
 
 GOAL_RESULTS_PER_S = 500.0
-"""Issue 11: result submissions per second from 16 simulated workers."""
+"""The goal: result submissions per second from 16 simulated workers."""
 THROUGHPUT_WORKERS = 16
 LEASE_P95_LIMIT_MS = 100.0
-"""Issue 12: serve workers while the lease round trip's p95 stays under this."""
+"""The goal: serve workers while the lease round trip's p95 stays under this."""
 SWEEP = (1, 2, 4, 8, 16, 32, 64)
 BATCH = 8
 """Candidates per lease call (and results per post) of a simulated worker."""

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from workers.pool import LocalPool
 
 GOAL_PER_CORE = 10.0
-"""Issue 7: candidates measured per second, per core, for a small kernel."""
+"""The goal: candidates measured per second, per core, for a small kernel."""
 PHASES = ("replay", "lower", "emit", "llvm", "verify", "timing")
 """The measurement process's phases (`workers.measure.Measurer.measure`)."""
 PARENT_PHASES = ("propose", "submit", "wait", "record", "observe")

@@ -83,7 +83,7 @@ def select(*, quick: bool = False, only: Sequence[str] | None = None) -> list[Su
     return workloads
 
 
-# Issue 13's acceptance, per workload: (op, params) -> (ratio to numpy, after how many
+# The tuning suite's goals, per workload: (op, params) -> (ratio to numpy, after how many
 # trials (None: the final kernel), most seconds of tuning (None: no limit)).
 GOALS: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[float, int | None, float | None]] = {
     ("matmul", (("k", 1024), ("m", 1024), ("n", 1024))): (0.9, None, None),

@@ -76,7 +76,7 @@ def tvm_row(meta: dict[str, Any], trials: int) -> dict[str, Any]:
 
 
 def tvm_goal(row: dict[str, Any]) -> dict[str, Any] | None:
-    """Issue 13's goal against TVM: a faster final kernel in at most half TVM's tuning time.
+    """The goal against TVM: a faster final kernel in at most half TVM's tuning time.
 
     None when there is nothing to compare (no correct kernel on either side).
     """

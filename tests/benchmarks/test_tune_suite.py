@@ -143,7 +143,7 @@ def test_evo_replay_alone_runs_every_workload_with_the_median_over_seeds(tmp_pat
     assert summary["trials"] == 2 and summary["seeds"] == [0, 1]
     entries = summary["workloads"]
     assert [e["workload"] for e in entries] == [w.name for w in tune_suite.QUICK_SUITE]
-    assert summary["suite_complete"] is False  # the quick suite is not issue 13's six
+    assert summary["suite_complete"] is False  # the quick suite is not the tuning suite's six
     for e in entries:
         assert e["seeds"] == [0, 1] and len(e["per_seed"]) == 2
         for p in e["per_seed"]:

@@ -1,5 +1,5 @@
 """The coordinator's door against a real `loomtune serve` (uvicorn, PostgreSQL): a 50 MB body
-is refused within 100 ms and the coordinator's resident memory hardly moves (issue 34)."""
+is refused within 100 ms and the coordinator's resident memory hardly moves."""
 
 from __future__ import annotations
 

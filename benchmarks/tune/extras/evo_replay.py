@@ -136,7 +136,7 @@ def evo_vs_replay(
     }
 
 
-# Issue 13's acceptance for the search: the evolutionary median over the seeds ahead of
+# The search's goal: the evolutionary median over the seeds ahead of
 # replay's on at least 5 of the 6 suite workloads, at each of these trial counts.
 EVO_GOAL_AHEAD = 5
 EVO_GOAL_AT = (64, 256)

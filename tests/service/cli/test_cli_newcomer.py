@@ -1,4 +1,4 @@
-"""What a newcomer tried from the README alone (issue 35): Ctrl-C, `export --trace`,
+"""What a newcomer tried from the README alone: Ctrl-C, `export --trace`,
 `--database`, baselines named for what they are, and the small promises of the CLI."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Validation at the door: every hostile input of issue 34 is a 422 naming its field, never a 500.
+"""Validation at the door: every hostile input a 422 naming its field, never a 500.
 
 Bodies are sent as raw text: `NaN` and `Infinity` are what a client can write
 but JSON (and the database) cannot carry.
