@@ -3,7 +3,6 @@ fields, correctness against ONNX Runtime, one-line errors, and a stored schedule
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,50 +14,17 @@ from frontend.onnx import load_onnx
 from ir.errors import GraphInputError
 from ir.graph.plan import build_plan
 from service.cli.main import main
-from tests.models import conv_net, mlp
+from tests.models import conv_net
+from tests.service.cli.modelkit import RUN_FIELDS, run_json
 
 INSPECT_FIELDS = {"model", "model_key", "inputs", "outputs", "tasks"}
 TASK_FIELDS = {"key", "op", "pattern", "shapes", "count", "flops_share", "tuned"}
-RUN_FIELDS = {
-    "model",
-    "model_key",
-    "target",
-    "threads",
-    "tasks",
-    "tuned_tasks",
-    "kernels",
-    "correct",
-    "latency_ms",
-    "onnxruntime_ms",
-    "speedup_vs_onnxruntime",
-    "max_abs_err",
-}
-
-
-@pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    url = f"sqlite:///{tmp_path / 'loomtune.db'}"
-    monkeypatch.setenv("LOOMTUNE_DATABASE_URL", url)
-    return url
-
-
-@pytest.fixture(scope="module")
-def mlp_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("models") / "mlp.onnx"
-    onnx.save(mlp(), path)
-    return path
-
-
-def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
-    code = main(list(argv))
-    out = capsys.readouterr().out
-    return code, json.loads(out) if out.strip() else {}
 
 
 def test_inspect_json_has_the_contracts_fields(db, capsys, tmp_path: Path) -> None:
     path = tmp_path / "conv.onnx"
     onnx.save(conv_net(), path)
-    code, r = _json(capsys, "model", "inspect", str(path), "--json")
+    code, r = run_json(capsys, "model", "inspect", str(path), "--json")
     assert code == 0 and set(r) == INSPECT_FIELDS
     assert r["inputs"] == [{"name": "x", "shape": [1, 3, 32, 32], "dtype": "float32"}]
     assert r["outputs"] == [{"name": "y", "shape": [1, 10], "dtype": "float32"}]
@@ -70,7 +36,7 @@ def test_inspect_json_has_the_contracts_fields(db, capsys, tmp_path: Path) -> No
 
 
 def test_run_model_json_is_correct_against_onnxruntime(db, capsys, mlp_file: Path) -> None:
-    code, r = _json(capsys, "run", "--model", str(mlp_file), "--json")
+    code, r = run_json(capsys, "run", "--model", str(mlp_file), "--json")
     assert code == 0 and set(r) == RUN_FIELDS
     assert r["correct"] is True and r["max_abs_err"] < 1e-4
     assert r["tasks"] == r["kernels"] == 4 and r["tuned_tasks"] == 0 and r["threads"] == 1
@@ -106,9 +72,9 @@ def test_a_stored_schedule_is_used(db, capsys, mlp_file: Path) -> None:
     softmax = next(t for t in plan.tasks if t.pattern == "softmax")
     result = loomtune.tune(softmax.task, trials=2, database_url=db)
     assert result.record is not None
-    code, r = _json(capsys, "model", "inspect", str(mlp_file), "--json")
+    code, r = run_json(capsys, "model", "inspect", str(mlp_file), "--json")
     assert code == 0
     tuned = {t["key"]: t["tuned"] for t in r["tasks"]}
     assert tuned[softmax.task.key] is True and sum(tuned.values()) == 1
-    code, r = _json(capsys, "run", "--model", str(mlp_file), "--json")
+    code, r = run_json(capsys, "run", "--model", str(mlp_file), "--json")
     assert code == 0 and r["correct"] is True and r["tuned_tasks"] == 1

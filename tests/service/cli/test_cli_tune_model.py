@@ -4,55 +4,19 @@ the budget is the model's in all, so a second run measures only what is left."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 
 import loomtune
 from service.cli.main import main
 from service.db.store import open_database
-from tests.models import mlp
+from tests.service.cli.modelkit import RUN_FIELDS, run_json
 
-RUN_FIELDS = {
-    "model",
-    "model_key",
-    "target",
-    "threads",
-    "tasks",
-    "tuned_tasks",
-    "kernels",
-    "correct",
-    "latency_ms",
-    "onnxruntime_ms",
-    "speedup_vs_onnxruntime",
-    "max_abs_err",
-}
 TUNE_FIELDS = RUN_FIELDS | {"trials", "trials_done", "tuning_seconds", "stop_reason"}
 TASK_FIELDS = {"key", "trials", "best_ms", "share"}
-
-
-@pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    url = f"sqlite:///{tmp_path / 'loomtune.db'}"
-    monkeypatch.setenv("LOOMTUNE_DATABASE_URL", url)
-    return url
-
-
-@pytest.fixture(scope="module")
-def mlp_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("models") / "mlp.onnx"
-    onnx.save(mlp(), path)
-    return path
-
-
-def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
-    code = main(list(argv))
-    out = capsys.readouterr().out
-    return code, json.loads(out) if out.strip() else {}
 
 
 def _records(url: str, keys: list[str]) -> tuple[Counter[str], int]:
@@ -63,7 +27,7 @@ def _records(url: str, keys: list[str]) -> tuple[Counter[str], int]:
 
 
 def test_tune_model_spends_one_budget_and_resumes(db, capsys, mlp_file: Path) -> None:
-    code, r = _json(capsys, "tune", "--model", str(mlp_file), "--trials", "8", "--json")
+    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "8", "--json")
     assert code == 0 and set(r) == TUNE_FIELDS
     assert r["correct"] is True and r["max_abs_err"] < 1e-4 and r["latency_ms"] > 0
     assert r["trials"] == r["trials_done"] == 8 and r["tuning_seconds"] > 0
@@ -77,20 +41,20 @@ def test_tune_model_spends_one_budget_and_resumes(db, capsys, mlp_file: Path) ->
     assert per_task == {t["key"]: t["trials"] for t in tasks} and repeated == 0
 
     # The tuned schedules are what inspect reports and run --model uses.
-    code, inspected = _json(capsys, "model", "inspect", str(mlp_file), "--json")
+    code, inspected = run_json(capsys, "model", "inspect", str(mlp_file), "--json")
     assert code == 0 and all(t["tuned"] for t in inspected["tasks"])
-    code, ran = _json(capsys, "run", "--model", str(mlp_file), "--json")
+    code, ran = run_json(capsys, "run", "--model", str(mlp_file), "--json")
     assert code == 0 and ran["correct"] is True and ran["tuned_tasks"] == 4
 
     # A larger budget measures only the difference, nothing twice.
-    code, r = _json(capsys, "tune", "--model", str(mlp_file), "--trials", "11", "--json")
+    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "11", "--json")
     assert code == 0 and r["correct"] is True and r["trials_done"] == 3
     assert sum(t["trials"] for t in r["tasks"]) == 11
     per_task, repeated = _records(db, keys)
     assert sum(per_task.values()) == 11 and repeated == 0
 
     # The same budget again: nothing is measured.
-    code, r = _json(capsys, "tune", "--model", str(mlp_file), "--trials", "11", "--json")
+    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "11", "--json")
     assert code == 0 and r["trials_done"] == 0 and r["correct"] is True
     assert "already spent" in r["stop_reason"]
     assert sum(_records(db, keys)[0].values()) == 11
