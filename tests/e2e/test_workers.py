@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -38,6 +37,7 @@ from tests.e2e.cluster import (
     sample_traces,
 )
 from tests.postgresql import fresh_pg_schema, pg_url_for
+from tests.tls import self_signed_cert
 
 TASK = library_task("matmul", {"m": 16, "n": 16, "k": 16})
 LEASE_SECONDS = "3"
@@ -347,31 +347,7 @@ def test_workers_wait_out_an_unreachable_coordinator(procs: list[Proc], target: 
 
 def test_workers_and_clients_over_tls(procs: list[Proc], target: str, tmp_path) -> None:
     """`serve --ssl-certfile/--ssl-keyfile`; workers and `loomtune jobs` trust a private CA through SSL_CERT_FILE."""
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl to make a certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed_cert(tmp_path)
     c = Coordinator(f"sqlite:///{tmp_path / 'tls.db'}", tls=(cert, key), **SETTINGS)
     try:
         c.start()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -28,6 +27,7 @@ from service.cli import main
 from service.db.engine import make_engine
 from tests.postgresql import pg_url_for
 from tests.service.coordinator.apikit import ZEN, result
+from tests.tls import self_signed_cert
 
 ROOT = Path(__file__).resolve().parents[3]
 ADMIN = "lt_serve-admin-secret-0123456789"
@@ -230,31 +230,7 @@ def test_concurrent_workers_measure_each_candidate_once(database_url: str) -> No
 
 
 def test_serve_over_tls(sqlite_url: str, tmp_path: Path) -> None:
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl to make a certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed_cert(tmp_path)
     with serving(
         sqlite_url,
         "--ssl-certfile",
