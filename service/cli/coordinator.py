@@ -8,6 +8,8 @@ once, alone on the last line of stdout (with --json: in the one JSON object).
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -80,28 +82,78 @@ def cmd_serve(args: argparse.Namespace) -> int:
     ):
         if path is not None and not Path(path).is_file():
             raise UsageError(f"{option}: no such file {path!r}")
-    import uvicorn
+    sock = listen_socket(args.host, args.port)  # a busy port is one line, before anything starts
+    try:
+        import uvicorn
 
-    from service.coordinator.app import create_app
-    from service.coordinator.settings import Settings
+        from service.coordinator.app import create_app
+        from service.coordinator.settings import Settings
 
-    settings = Settings.from_env()
-    app = create_app(
-        settings=settings, run_jobs=True
-    )  # refuses a stale schema before the port opens
-    scheme = "https" if args.ssl_certfile else "http"
-    log(f"loomtune coordinator on {scheme}://{args.host}:{args.port} (OpenAPI at /docs)")
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        ssl_certfile=args.ssl_certfile,
-        ssl_keyfile=args.ssl_keyfile,
-        log_level=args.log_level,
-        # One process: on SQLite that is the one coordinator; on PostgreSQL run more `serve`s.
-        workers=None,
-    )
+        settings = Settings.from_env()
+        # A stale schema is refused here, before the port accepts a connection.
+        app = create_app(settings=settings, run_jobs=True)
+        scheme = "https" if args.ssl_certfile else "http"
+        port = sock.getsockname()[1]  # the one the system chose when --port is 0
+        log(f"loomtune coordinator on {scheme}://{_where(args.host, port)} (OpenAPI at /docs)")
+        config = uvicorn.Config(
+            app,
+            host=args.host,
+            port=port,
+            ssl_certfile=args.ssl_certfile,
+            ssl_keyfile=args.ssl_keyfile,
+            log_level=args.log_level,
+            # One process: on SQLite that is the one coordinator; on PostgreSQL run more `serve`s.
+            workers=None,
+        )
+        server = uvicorn.Server(config)
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if not server.started:
+        raise ServeError("the coordinator did not start (see the log above)")
     return 0
+
+
+class ServeError(LoomtuneError):
+    """The coordinator cannot listen where it was asked to."""
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port`, or a `ServeError` saying what to do about it.
+
+    `serve` binds before it opens the database or starts uvicorn, so a port another
+    process holds is one line instead of uvicorn's start-up and shut-down log."""
+    where = _where(host, port)
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as e:
+        raise ServeError(
+            f"cannot listen on {where}: unknown host ({e.strerror}); check --host"
+        ) from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise ServeError(f"cannot listen on {where}: {_bind_advice(e)}") from None
+    return sock
+
+
+def _bind_advice(e: OSError) -> str:
+    if e.errno == errno.EADDRINUSE:
+        return "the port is in use (another coordinator?); stop that process or pass --port N"
+    if e.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges); pass --port N"
+    if e.errno == errno.EADDRNOTAVAIL:
+        return "no such address on this machine; pass --host with one of its addresses"
+    return f"{e.strerror or e}"
+
+
+def _where(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def cmd_token(args: argparse.Namespace) -> int:
