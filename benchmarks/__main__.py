@@ -155,7 +155,22 @@ def _models_parser(sub: argparse._SubParsersAction) -> None:
         metavar="NAMES",
         help="comma-separated: bert, resnet18, mobilenetv2 (default all three)",
     )
-    models.add_argument("--threads", type=int, default=1, help="threads of every engine (1)")
+    models.add_argument(
+        "--threads", type=_thread_counts, default=[1], metavar="N[,N…]",
+        help="threads of every engine; several: each model at each (default 1)",
+    )  # fmt: skip
+    models.add_argument(
+        "--tune-minutes", type=float, default=None, metavar="M",
+        help="tune each model (at each thread count) for up to M minutes before timing it",
+    )  # fmt: skip
+    models.add_argument(
+        "--tune-trials", type=int, default=100_000, metavar="N",
+        help="with --tune-minutes: the model's whole budget of trials (default no limit)",
+    )  # fmt: skip
+    models.add_argument(
+        "--database", default=None, metavar="URL",
+        help="the tuning database (default: LOOMTUNE_DATABASE_URL, else the local file)",
+    )  # fmt: skip
     models.add_argument("--quick", action="store_true", help="tiny models: a smoke test")
     models.add_argument("--no-memory", action="store_true", help="skip the peak-RSS children")
     models.add_argument("--out", type=Path, default=None, help="result folder")
@@ -165,6 +180,16 @@ def _models_parser(sub: argparse._SubParsersAction) -> None:
         "--wait-quiet", type=float, default=None, metavar="S",
         help="before each timing wait up to S seconds for a quiet machine (default 60, quick 0)",
     )  # fmt: skip
+
+
+def _thread_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected thread counts like 1,2, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"thread counts must be at least 1, got {text!r}")
+    return counts
 
 
 def _models(args: argparse.Namespace, command: str) -> int:
@@ -184,7 +209,11 @@ def _models(args: argparse.Namespace, command: str) -> int:
             file=sys.stderr,
         )
         return 2
-    from benchmarks.models.run import report_tables, run_and_write
+    from benchmarks.models.run import Tuning, report_tables, run_and_write
+
+    tuning = None
+    if args.tune_minutes is not None:
+        tuning = Tuning(args.tune_minutes, args.tune_trials)
 
     result, path = run_and_write(
         models=names,
@@ -200,6 +229,8 @@ def _models(args: argparse.Namespace, command: str) -> int:
         command=command,
         environment={"unset": UNSET_ENVIRONMENT},
         log=common.log,
+        tuning=tuning,
+        database_url=args.database,
     )
     for caption, table, note in report_tables(result):
         if caption:

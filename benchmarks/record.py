@@ -247,6 +247,7 @@ def _models(result: dict[str, Any]) -> dict[str, list[Row]]:
     rows = [
         {
             "model": r["model"],
+            "threads": r.get("threads", 1),
             "tasks": r["tasks"],
             "kernels": r["kernels"],
             "tuned_tasks": r["tuned_tasks"],
@@ -255,6 +256,9 @@ def _models(result: dict[str, Any]) -> dict[str, list[Row]]:
             "torch_ms": r.get("torch_ms"),
             "x_onnxruntime": r.get("x_onnxruntime"),
             "x_torch": r.get("x_torch"),
+            "x_own_1thread": r.get("x_own_1thread"),
+            "tuning_s": (r.get("tuning") or {}).get("tuning_s"),
+            "trials": (r.get("tuning") or {}).get("trials"),
             "repeats": (r.get("measure") or {}).get("repeat"),
             "correct": r["correct"],
             "max_abs_err": r.get("max_abs_err"),

@@ -85,6 +85,8 @@ TITLES = {
     "onnxruntime_ms": "ONNX Runtime ms",
     "torch_ms": "PyTorch ms",
     "x_onnxruntime": "× ONNX Runtime",
+    "x_own_1thread": "× own 1 thread",
+    "tuning_s": "tuning s",
     "max_abs_err": "max abs err",
     "others": "others' CPU share",
     "weights_mb": "weights",

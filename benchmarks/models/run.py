@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -98,6 +100,41 @@ def _timed_first(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, (time.perf_counter() - start) * 1e3
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """Tune each model before timing it: at most `minutes` of wall time and `trials` in all
+    (the model's whole budget on the target, stored trials included)."""
+
+    minutes: float
+    trials: int = 100_000
+
+
+def tune_first(
+    path: os.PathLike,
+    threads: int,
+    seed: int,
+    tuning: Tuning,
+    database: Any,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """`loomtune tune --model` with a time budget: its wall time and trials, for the row."""
+    from service.tuning import ModelTuning
+    from tuner.search.stopping import stopping_rules
+
+    start = time.perf_counter()
+    state = ModelTuning(path, trials=tuning.trials, threads=threads, seed=seed, database=database)
+    stored = tuning.trials - state.remaining
+    log(f"tuning {Path(path).name} for up to {tuning.minutes:g} min ({stored} trials stored)")
+    done = state.tune(stop_rule=stopping_rules(tuning.minutes * 60.0, None))
+    state.finish(check=False)
+    return {
+        "tuning_s": time.perf_counter() - start,
+        "trials_new": done,
+        "trials": stored + done,
+        "stopped_by": state.stopped_by,
+    }
+
+
 def measure_model(
     name: str,
     *,
@@ -107,17 +144,25 @@ def measure_model(
     quiet_wait_s: float,
     memory: bool,
     log: Callable[[str], None],
+    tuning: Tuning | None = None,
+    database_url: str | None = None,
 ) -> dict[str, Any]:
-    """One model's row: tasks, correctness, the interleaved timing, the children's memory."""
+    """One model's row at `threads`: tuning (when asked), tasks, correctness, the interleaved
+    timing, the children's memory."""
     from codegen.host import host_target
     from frontend.onnx import load_onnx
     from ir.graph.plan import build_plan
+    from service.db.store import open_database
     from service.model import compile_model
 
     spec = definitions.spec(name, quick)
     path = definitions.exported(spec, seed)
     row: dict[str, Any] = {"case": name, "model": name, "description": spec.description}
     row |= {"config": spec.config, "file": str(path), "onnx_mb": path.stat().st_size / 2**20}
+    row["threads"] = threads
+    database = open_database(database_url)
+    if tuning is not None:
+        row["tuning"] = tune_first(path, threads, seed, tuning, database, log)
     start = time.perf_counter()
     graph = load_onnx(path)
     row["import_s"] = time.perf_counter() - start
@@ -127,7 +172,7 @@ def measure_model(
     row["plan_s"] = time.perf_counter() - start
     log(f"{name}: {len(plan.tasks)} tasks, {len(plan.steps)} kernels; compiling ...")
     start = time.perf_counter()
-    model, schedules = compile_model(plan, host_target(threads))
+    model, schedules = compile_model(plan, host_target(threads), database=database)
     row["compile_s"] = time.perf_counter() - start
     tasks = task_summary(plan, schedules.tuned)
     row |= {"tasks": len(tasks), "kernels": model.kernel_calls, "task_list": tasks}
@@ -219,7 +264,7 @@ def _run_engines(
 def run_and_write(
     *,
     models: Sequence[str],
-    threads: int,
+    threads: Sequence[int],
     quick: bool,
     seed: int,
     quiet_wait_s: float,
@@ -229,10 +274,11 @@ def run_and_write(
     command: str,
     environment: dict[str, Any],
     log: Callable[[str], None],
+    tuning: Tuning | None = None,
+    database_url: str | None = None,
 ) -> tuple[dict[str, Any], Any]:
-    """Every model's row, the result file written and its line appended to `record`."""
-    from pathlib import Path
-
+    """Every model's row at each thread count (tuned first when `tuning`), the result file
+    written and its line appended to `record`."""
     import torch
 
     from codegen.host import host_target
@@ -241,31 +287,39 @@ def run_and_write(
     started = utc_now()
     wall = time.perf_counter()
     before = contention.cpu_snapshot()
-    rows = [
-        measure_model(
-            name,
-            quick=quick,
-            threads=threads,
-            seed=seed,
-            quiet_wait_s=quiet_wait_s,
-            memory=memory and not (quick and i),  # quick: the first model's memory only
-            log=log,
-        )
-        for i, name in enumerate(models)
-    ]
+    rows = []
+    for i, name in enumerate(models):
+        for j, n in enumerate(threads):
+            rows.append(
+                measure_model(
+                    name,
+                    quick=quick,
+                    threads=n,
+                    seed=seed,
+                    quiet_wait_s=quiet_wait_s,
+                    # quick: the first model's memory only; one thread count's in any case
+                    memory=memory and j == 0 and not (quick and i),
+                    log=log,
+                    tuning=tuning,
+                    database_url=database_url,
+                )
+            )
+    own_scaling(rows)
+    counts = ",".join(str(n) for n in threads)
     result: dict[str, Any] = {
         "format": FORMAT,
         "suite": "models",
         "kind": "models",
-        "description": f"whole models against ONNX Runtime and PyTorch, {threads} thread"
-        + ("s" if threads != 1 else ""),
+        "description": "whole models against ONNX Runtime and PyTorch, "
+        + (f"{counts} threads" if list(threads) != [1] else "1 thread")
+        + (", tuned first" if tuning else ""),
         "quick": quick,
         "command": command,
         "seed": seed,
         "utc": utc_text(started),
         "wall_s": 0.0,
         "machine": machine_info().to_dict(),
-        "target": host_target(threads).canonical(),
+        "target": host_target(max(threads)).canonical(),
         "loomtune_version": importlib.metadata.version("loomtune"),
         "environment": environment,
         "quiet_wait_s": quiet_wait_s,
@@ -275,7 +329,8 @@ def run_and_write(
         "rows": rows,
         "scaling": [],
         "models": {
-            "threads": threads,
+            "threads": list(threads),
+            "tuning": None if tuning is None else vars(tuning),
             "cache": str(definitions.cache_dir()),
             "versions": {
                 "torch": str(torch.__version__),
@@ -289,6 +344,16 @@ def run_and_write(
     return result, path
 
 
+def own_scaling(rows: list[dict[str, Any]]) -> None:
+    """Each row above one thread gets `x_own_1thread`: loomtune's 1-thread time of that
+    model in this run over this row's (the second core's gain)."""
+    single = {r["model"]: r.get("loomtune_ms") for r in rows if r["threads"] == 1}
+    for r in rows:
+        one, ms = single.get(r["model"]), r.get("loomtune_ms")
+        if r["threads"] != 1 and one and ms:
+            r["x_own_1thread"] = one / ms
+
+
 def _mb(row: dict[str, Any], engine: str, key: str = "peak_mb") -> float | None:
     return ((row.get("rss") or {}).get(engine) or {}).get(key)
 
@@ -297,12 +362,15 @@ def report_tables(result: dict[str, Any]) -> list[tuple[str | None, Table, str |
     """The timing table, the memory table and each model's tasks, for the terminal."""
     rows = result["rows"]
     timing = (
-        ["model", "tasks", "kernels", "tuned", "loomtune ms", "ORT ms", "PyTorch ms", "× ORT",
-         "× PyTorch", "correct", "max |err|"],
-        [[r["model"] + (" †" if r.get("contended") else ""), str(r["tasks"]), str(r["kernels"]),
-          str(r["tuned_tasks"]), fmt_ms(r.get("loomtune_ms")), fmt_ms(r.get("onnxruntime_ms")),
-          fmt_ms(r.get("torch_ms")), fmt_ratio(r.get("x_onnxruntime")),
-          fmt_ratio(r.get("x_torch")), "yes" if r["correct"] else "**no**",
+        ["model", "threads", "tasks", "kernels", "tuned", "tuning s", "trials", "loomtune ms",
+         "ORT ms", "PyTorch ms", "× ORT", "× PyTorch", "× own 1 thread", "correct", "max |err|"],
+        [[r["model"] + (" †" if r.get("contended") else ""), str(r.get("threads", 1)),
+          str(r["tasks"]), str(r["kernels"]), str(r["tuned_tasks"]),
+          fmt_ms((r.get("tuning") or {}).get("tuning_s")),
+          str((r.get("tuning") or {}).get("trials", "–")), fmt_ms(r.get("loomtune_ms")),
+          fmt_ms(r.get("onnxruntime_ms")), fmt_ms(r.get("torch_ms")),
+          fmt_ratio(r.get("x_onnxruntime")), fmt_ratio(r.get("x_torch")),
+          fmt_ratio(r.get("x_own_1thread")), "yes" if r["correct"] else "**no**",
           f"{r['max_abs_err']:.2g}"] for r in rows],
     )  # fmt: skip
     memory = (

@@ -51,3 +51,23 @@ def test_quick_models_run_appends_one_correct_line(
     quick = {**line, "quick": False}  # the page shows full runs only
     page = results_doc.document([quick])
     assert "## models" in page and "× ONNX Runtime" in page and "loomtune peak" in page
+
+
+def test_tuned_models_at_two_thread_counts_carry_tuning_and_own_scaling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOMTUNE_BENCH_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "record.jsonl"
+    database = f"sqlite:///{tmp_path / 'tuning.db'}"
+    argv = ["models", "--quick", "--models", "mobilenetv2", "--no-memory"]
+    argv += ["--threads", "1,2", "--tune-minutes", "0.05", "--database", database]
+    assert main([*argv, "--out", str(tmp_path / "raw"), "--record", str(path)]) == 0
+    (line,) = record.load(path)
+    assert "tuned first" in line["description"]
+    one, two = line["rows"]
+    assert (one["threads"], two["threads"]) == (1, 2)
+    for r in (one, two):
+        assert r["correct"] is True and r["trials"] > 0 and r["tuning_s"] > 0
+        assert r["tuned_tasks"] >= 1  # compiled from what the tuning stored
+    assert one["x_own_1thread"] is None
+    assert two["x_own_1thread"] == pytest.approx(one["loomtune_ms"] / two["loomtune_ms"], rel=1e-2)
