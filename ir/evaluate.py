@@ -9,7 +9,7 @@ repeating them. A load is only required to be in bounds where its value is used:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -95,21 +95,14 @@ def _compute(t: Tensor, values: Mapping[str, np.ndarray], sizes: Mapping[str, in
     sshape = [_int(a.extent, sizes) for a in spatial]
     rshape = [_int(a.extent, sizes) for a in reduce_axes]
     out = np.empty(sshape, dtype=dt.to_numpy(t.dtype))
-    per_row = int(np.prod(sshape[1:] + rshape, dtype=np.int64)) if sshape else 1
-    rows = sshape[0] if sshape else 1
-    step = max(1, _CHUNK_ELEMENTS // max(per_row, 1))
-    for start in range(0, rows, step):
-        stop = min(rows, start + step)
-        grid = sshape[:] if sshape else []
-        if grid:
-            grid[0] = stop - start
+    for where in _chunks(sshape, rshape):
+        grid = [s.stop - s.start for s in where]
         full = grid + rshape
         env: dict[Var, np.ndarray] = {}
         for d, axis in enumerate(spatial + reduce_axes):
-            n = full[d]
-            base = np.arange(n, dtype=np.int64) + (start if d == 0 and spatial else 0)
+            base = np.arange(full[d], dtype=np.int64) + (where[d].start if d < len(grid) else 0)
             shape = [1] * len(full)
-            shape[d] = n
+            shape[d] = full[d]
             env[axis.var] = base.reshape(shape)
         mask = np.ones(full, dtype=bool)
         val = np.broadcast_to(eval_expr(source, env, values, mask), full)
@@ -118,11 +111,33 @@ def _compute(t: Tensor, values: Mapping[str, np.ndarray], sizes: Mapping[str, in
             reducer = {"sum": np.sum, "max": np.max, "min": np.min}[body.combiner]
             kwargs = {"dtype": val.dtype} if body.combiner == "sum" else {}
             val = reducer(val, axis=axes, **kwargs)
-        if sshape:
-            out[start:stop] = val
-        else:
-            out[...] = val
+        out[tuple(where)] = val
     return out
+
+
+def _chunks(sshape: Sequence[int], rshape: Sequence[int]) -> Iterator[list[slice]]:
+    """Slices of the spatial domain whose grids (with the reduction) stay near
+    `_CHUNK_ELEMENTS`: the leading axes one index at a time, the first axis whose
+    remainder fits split in steps, the rest whole — so a batch-1 convolution is
+    evaluated a few output rows at a time, not all at once."""
+    inner = int(np.prod(rshape, dtype=np.int64))
+    d = len(sshape)  # the axis to step along: the first whose inner part fits
+    while d > 0 and inner * sshape[d - 1] <= _CHUNK_ELEMENTS:
+        d -= 1
+        inner *= sshape[d]
+    if d == 0:  # everything fits at once
+        yield [slice(0, n) for n in sshape]
+        return
+    split = d - 1  # sshape[split:] does not fit whole: step along `split`
+    step = max(1, _CHUNK_ELEMENTS // max(inner, 1))
+    for outer in np.ndindex(*sshape[:split]):
+        for start in range(0, sshape[split], step):
+            stop = min(sshape[split], start + step)
+            yield (
+                [slice(i, i + 1) for i in outer]
+                + [slice(start, stop)]
+                + [slice(0, n) for n in sshape[split + 1 :]]
+            )
 
 
 def eval_expr(
