@@ -26,6 +26,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.coordinator.deps import CoordinatorState, State, lookup_caller
+from service.coordinator.docs_ui import add_docs
 from service.coordinator.errors import ApiError, Invalid, Unauthorized
 from service.coordinator.gate import Gate
 from service.coordinator.metrics import Metrics
@@ -127,7 +128,8 @@ def create_app(
         version=_version(),
         description="Tuning jobs, the tuning database and measurement workers over REST (v1). "
         "Authenticate with `Authorization: Bearer <token>` (`loomtune token create`).",
-        docs_url="/docs",
+        docs_url=None,  # /docs and /redoc without a CDN: docs_ui.add_docs
+        redoc_url=None,
         lifespan=lifespan,
     )
     state = CoordinatorState(
@@ -143,6 +145,7 @@ def create_app(
         app.include_router(module.router)
     _add_error_handlers(app)
     _add_health_and_metrics(app)
+    add_docs(app)
     return app
 
 
