@@ -17,6 +17,7 @@ from ir import dtype as dt
 from ir.compute import Tensor, Workload
 from ir.errors import IRError, UnboundShapeError
 from ir.expr import Binary, Call, Cast, Const, Expr, IterVar, Load, Reduce, Select, Var, render
+from ir.node import walk
 
 _CHUNK_ELEMENTS = 1 << 22
 
@@ -95,6 +96,11 @@ def _compute(t: Tensor, values: Mapping[str, np.ndarray], sizes: Mapping[str, in
     sshape = [_int(a.extent, sizes) for a in spatial]
     rshape = [_int(a.extent, sizes) for a in reduce_axes]
     out = np.empty(sshape, dtype=dt.to_numpy(t.dtype))
+    axes = spatial + reduce_axes
+    factors = _factors(body, axes)
+    if factors is not None:
+        _contract(out, factors, axes, len(spatial), rshape, values)
+        return out
     for where in _chunks(sshape, rshape):
         grid = [s.stop - s.start for s in where]
         full = grid + rshape
@@ -113,6 +119,63 @@ def _compute(t: Tensor, values: Mapping[str, np.ndarray], sizes: Mapping[str, in
             val = reducer(val, axis=axes, **kwargs)
         out[tuple(where)] = val
     return out
+
+
+def _factors(body: Expr, axes: Sequence[IterVar]) -> list[tuple[Expr, list[int]]] | None:
+    """A sum of a product, each factor with the axes it reads (by position), or None.
+
+    A convolution or matmul reduction factors so: each operand is gathered over its own
+    axes only and `np.einsum` contracts them (BLAS), instead of the whole output ×
+    reduction grid being built element by element (11 s and 441 MiB for one ResNet-18
+    layer)."""
+    if not isinstance(body, Reduce) or body.combiner != "sum":
+        return None
+    terms: list[Expr] = []
+    stack = [body.source]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Binary) and e.op == "mul":
+            stack += [e.b, e.a]
+        else:
+            terms.append(e)
+    if len(terms) < 2:
+        return None
+    index = {a.var: d for d, a in enumerate(axes)}
+    out = []
+    for term in terms:
+        used = {index[n] for n in walk(term) if isinstance(n, Var) and n in index}
+        out.append((term, sorted(used)))
+    return out
+
+
+def _contract(
+    out: np.ndarray,
+    factors: Sequence[tuple[Expr, Sequence[int]]],
+    axes: Sequence[IterVar],
+    n_spatial: int,
+    rshape: Sequence[int],
+    values: Mapping[str, np.ndarray],
+) -> None:
+    """`out` = the sum over the reduction axes of the product of `factors`, chunked over
+    the spatial axes by the largest factor's grid."""
+    widest = max(factors, key=lambda f: len(f[1]))[1]
+    inner = [rshape[d - n_spatial] for d in widest if d >= n_spatial]
+    letters = [chr(ord("a") + d) for d in range(len(axes))]
+    spec = ",".join("".join(letters[d] for d in dims) for _, dims in factors)
+    spec += "->" + "".join(letters[:n_spatial])
+    for where in _chunks(list(out.shape), inner):
+        full = [s.stop - s.start for s in where] + list(rshape)
+        env: dict[Var, np.ndarray] = {}
+        for d, axis in enumerate(axes):
+            base = np.arange(full[d], dtype=np.int64) + (where[d].start if d < n_spatial else 0)
+            env[axis.var] = base.reshape([full[d] if k == d else 1 for k in range(len(full))])
+        operands = []
+        for term, dims in factors:
+            mask = np.ones([full[d] if d in dims else 1 for d in range(len(full))], dtype=bool)
+            value = np.broadcast_to(eval_expr(term, env, values, mask), mask.shape)
+            operands.append(value.reshape([full[d] for d in dims]))
+        result = np.einsum(spec, *operands, optimize=True)
+        out[tuple(where)] = result.astype(out.dtype, copy=False)
 
 
 def _chunks(sshape: Sequence[int], rshape: Sequence[int]) -> Iterator[list[slice]]:
