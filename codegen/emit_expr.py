@@ -30,6 +30,7 @@ T = TypeVar("T")
 I1 = ll.IntType(1)
 I8 = ll.IntType(8)
 I32 = ll.IntType(32)
+I16 = ll.IntType(16)
 I64 = ll.IntType(64)
 PTR = ll.PointerType()
 FAST = ("reassoc", "contract", "nsz")
@@ -40,11 +41,35 @@ loop whose divisor is invariant, and a vector multiply costs a fraction of a vec
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
+class BFloatType(ll.Type):
+    """LLVM's `bfloat` (llvmlite has no class for it); constants in LLVM's 0xR hex form."""
+
+    null = "0xR0000"
+    intrinsic_name = "bf16"
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BFloatType)
+
+    def __hash__(self) -> int:
+        return hash(BFloatType)
+
+    def format_constant(self, value: object) -> str:
+        return f"0xR{dt.bfloat16_bits(float(value)):04X}"  # type: ignore[arg-type]
+
+
+BFLOAT = BFloatType()
+
+
 def llvm_type(dtype: str, lanes: int = 1) -> ll.Type:
     if dtype == "float32":
         t: ll.Type = ll.FloatType()
     elif dtype == "float64":
         t = ll.DoubleType()
+    elif dtype == dt.BFLOAT16:
+        t = BFLOAT
     elif dtype == "bool":
         t = I1
     else:
@@ -356,6 +381,8 @@ class ExpressionEmitter:
         st, tt = llvm_type(src, lanes), llvm_type(dst, lanes)
         if src == dst:
             return v
+        if dt.BFLOAT16 in (src, dst):
+            return self._cast_bfloat16(v, dst, lanes)
         if dst == "bool":
             if dt.is_float(src):
                 return b.fcmp_unordered("!=", v, ll.Constant(st, None))
@@ -376,6 +403,42 @@ class ExpressionEmitter:
             return b.trunc(v, tt)
         return v  # same width, different signedness: the bits are the value
 
+    def _cast_bfloat16(self, v: ll.Value, dst: str, lanes: int) -> ll.Value:
+        """float32 <-> bfloat16 in integer instructions, the same on every CPU.
+
+        LLVM's `fptrunc float to bfloat` is vcvtneps2bf16 where the CPU has
+        avx512bf16, which flushes denormals to zero, and a libcall per lane
+        (`__truncsfbf2`) where it has not. Rounding the bits here is ml_dtypes'
+        conversion exactly: to nearest, ties to even, NaN to a quiet NaN of its
+        sign. bfloat16 -> float32 is the bits shifted up (exact).
+        """
+        b = self.builder
+
+        def vt(t: ll.Type) -> ll.Type:
+            return ll.VectorType(t, lanes) if lanes > 1 else t
+
+        def c(value: int) -> ll.Constant:
+            return _splat(I32, lanes, value)
+
+        if dst == "float32":
+            bits = b.zext(b.bitcast(v, vt(I16)), vt(I32))
+            return b.bitcast(b.shl(bits, c(16)), vt(ll.FloatType()))
+        bits = b.bitcast(v, vt(I32))
+        high = b.lshr(bits, c(16))
+        rounded = b.lshr(b.add(b.add(bits, c(0x7FFF)), b.and_(high, c(1))), c(16))
+        quiet_nan = b.or_(b.and_(high, c(0x8000)), c(0x7FC0))
+        is_nan = b.fcmp_unordered("uno", v, v)
+        out = b.trunc(b.select(is_nan, quiet_nan, rounded), vt(I16))
+        return b.bitcast(out, vt(BFLOAT))
+
+
+def _splat(t: ll.Type, lanes: int, value: int) -> ll.Constant:
+    return (
+        ll.Constant(ll.VectorType(t, lanes), [value] * lanes)
+        if lanes > 1
+        else ll.Constant(t, value)
+    )
+
 
 def type_suffix(t: ll.Type) -> str:
     """LLVM's overload suffix: f32, f64, i32, v8f32, ..."""
@@ -385,6 +448,8 @@ def type_suffix(t: ll.Type) -> str:
         return "f32"
     if isinstance(t, ll.DoubleType):
         return "f64"
+    if isinstance(t, BFloatType):
+        return "bf16"
     if isinstance(t, ll.IntType):
         return f"i{t.width}"
     raise TypeError(f"no overload suffix for {t}")

@@ -11,8 +11,8 @@ work on scalars and vectors alike (same code, so scalar and vector lanes agree):
   degree 8) on x clamped to ±4 (where float32 erf is ±1); relative error
   < 5e-7 over [-10, 10] (GELU's exact form needs it).
 NaN inputs give NaN, exp overflows to +inf like numpy. sqrt is `llvm.sqrt`
-(a native instruction); log and float64 functions use intrinsics or libm
-(float64 tanh and erf: one libm call per lane).
+(a native instruction), rint `llvm.roundeven` (ties to even, as np.rint); log and
+float64 functions use intrinsics or libm (float64 tanh and erf: one libm call per lane).
 """
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ def call(f: ExpressionEmitter, fn: str, dtype: str, x: ll.Value) -> ll.Value:
         return _tanh_f32(f, x)
     if dtype == "float32" and fn == "erf":
         return _erf_f32(f, x)
+    if fn == "rint":
+        # Ties to even whatever the rounding mode (llvm.rint follows it): vrndscale/roundps.
+        intrinsic = f.m.declare(f"llvm.roundeven.{type_suffix(t)}", t, [t])
+        return f.builder.call(intrinsic, [x])
     if fn in ("exp", "log", "sqrt"):
         intrinsic = f.m.declare(f"llvm.{fn}.{type_suffix(t)}", t, [t])
         return f.builder.call(intrinsic, [x], fastmath=("contract",))

@@ -1,12 +1,21 @@
-"""Scalar data types: the names used in the IR and their numpy/LLVM meaning."""
+"""Scalar data types: the names used in the IR and their numpy/LLVM meaning.
+
+`bfloat16` (numpy: `ml_dtypes.bfloat16`; LLVM: `bfloat`) is a storage type: the
+top 16 bits of a float32. Kernels load it and widen it to float32, which is
+exact, and compute in float32; expressions refuse arithmetic on it
+(`ir.expr`), so no CPU-dependent bf16 arithmetic or rounding happens between
+two operations.
+"""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ir.errors import IRError
 
-FLOAT_DTYPES = ("float32", "float64")
+BFLOAT16 = "bfloat16"
+FLOAT_DTYPES = ("float32", "float64", BFLOAT16)
 INT_DTYPES = ("int8", "uint8", "int16", "int32", "int64")
 DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, "bool")
 
@@ -33,16 +42,28 @@ def is_signed(dtype: str) -> bool:
 
 
 def bits(dtype: str) -> int:
-    return 1 if dtype == "bool" else np.dtype(dtype).itemsize * 8
+    return 1 if dtype == "bool" else to_numpy(dtype).itemsize * 8
 
 
 def itemsize(dtype: str) -> int:
     """Bytes per element as stored in memory (bool is stored as one byte)."""
-    return 1 if dtype == "bool" else np.dtype(dtype).itemsize
+    return to_numpy(dtype).itemsize
 
 
 def to_numpy(dtype: str) -> np.dtype:
+    if dtype == BFLOAT16:
+        return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(np.bool_ if dtype == "bool" else dtype)
+
+
+def round_bfloat16(value: float) -> float:
+    """`value` rounded to the nearest bfloat16 (ties to even), as ml_dtypes rounds."""
+    return float(ml_dtypes.bfloat16(value))
+
+
+def bfloat16_bits(value: float) -> int:
+    """The 16 bits of `value` as a bfloat16 (rounded as ml_dtypes rounds)."""
+    return int(np.array(value, dtype=ml_dtypes.bfloat16).view(np.uint16))
 
 
 def min_value(dtype: str) -> float | int:

@@ -49,7 +49,14 @@ _NP_BINARY = {
     "and": np.logical_and,
     "or": np.logical_or,
 }
-_NP_CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "erf": _erf}
+_NP_CALL = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "erf": _erf,
+    "rint": np.rint,
+}
 
 
 def evaluate(

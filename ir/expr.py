@@ -18,7 +18,7 @@ ARITH_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "max", "min")
 CMP_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGIC_OPS = ("and", "or")
 BINARY_OPS = ARITH_OPS + CMP_OPS + LOGIC_OPS
-MATH_FUNCS = ("exp", "log", "sqrt", "tanh", "erf")
+MATH_FUNCS = ("exp", "log", "sqrt", "tanh", "erf", "rint")
 ITER_KINDS = ("spatial", "reduce")
 
 ExprLike = Union["Expr", int, float, bool]
@@ -111,7 +111,9 @@ class Const(Expr):
 
     def __post_init__(self) -> None:
         dt.check_dtype(self.dtype)
-        if dt.is_float(self.dtype):
+        if self.dtype == dt.BFLOAT16:
+            object.__setattr__(self, "value", dt.round_bfloat16(self.value))
+        elif dt.is_float(self.dtype):
             object.__setattr__(self, "value", float(self.value))
         elif self.dtype == "bool":
             object.__setattr__(self, "value", bool(self.value))
@@ -137,7 +139,10 @@ class Binary(Expr):
 
 @dataclass(frozen=True, slots=True, eq=True)
 class Call(Expr):
-    """A math function (exp, log, sqrt, tanh, erf) of floating-point arguments."""
+    """A math function (exp, log, sqrt, tanh, erf, rint) of floating-point arguments.
+
+    rint rounds to the nearest integer, ties to even (numpy's np.rint), whatever
+    the CPU's rounding mode."""
 
     fn: str
     args: tuple[Expr, ...]
@@ -234,6 +239,9 @@ class Reduce(Expr):
     source: Expr
     axes: tuple[IterVar, ...]
 
+    def __post_init__(self) -> None:
+        _no_bfloat16(f"{self.combiner}()", self.source)
+
     @property
     def dtype(self) -> str:
         return self.source.dtype
@@ -312,6 +320,7 @@ def binary(op: str, a: ExprLike, b: ExprLike) -> Expr:
         raise IRError(
             f"operands of {op} have different dtypes ({ea.dtype} and {eb.dtype}); cast one"
         )
+    _no_bfloat16(op, ea)
     if op in LOGIC_OPS and ea.dtype != "bool":
         raise IRError(f"{op} needs boolean operands, got {ea.dtype}")
     if op == "div" and not dt.is_float(ea.dtype):
@@ -350,6 +359,7 @@ def call(fn: str, x: ExprLike) -> Expr:
     e = as_expr(x)
     if not dt.is_float(e.dtype):
         raise IRError(f"{fn} needs a floating-point argument, got {e.dtype}; cast it first")
+    _no_bfloat16(fn, e)
     return Call(fn, (e,))
 
 
@@ -374,10 +384,32 @@ def erf(x: ExprLike) -> Expr:
     return call("erf", x)
 
 
+def rint(x: ExprLike) -> Expr:
+    """The nearest integer, ties to even (numpy's np.rint), as a float of x's dtype."""
+    return call("rint", x)
+
+
 def cast(to: str, x: ExprLike) -> Expr:
     dt.check_dtype(to)
     e = as_expr(x)
-    return e if e.dtype == to else Cast(to, e)
+    if e.dtype == to:
+        return e
+    if dt.BFLOAT16 in (to, e.dtype) and "float32" not in (to, e.dtype):
+        # One rounding, the one ml_dtypes does: float64 -> float32 -> bfloat16 would round twice.
+        raise IRError(
+            f"cast from {e.dtype} to {to}: bfloat16 converts to and from float32 only; "
+            "cast through float32"
+        )
+    return Cast(to, e)
+
+
+def _no_bfloat16(what: str, operand: Expr) -> None:
+    """bfloat16 is a storage type: arithmetic on it would round after every operation."""
+    if operand.dtype == dt.BFLOAT16:
+        raise IRError(
+            f"{what} on bfloat16 {render(operand)}: bfloat16 is for storage; "
+            "compute in float32 (cast('float32', x)) and cast the result back"
+        )
 
 
 def select(cond: Expr, true_value: ExprLike, false_value: ExprLike) -> Expr:

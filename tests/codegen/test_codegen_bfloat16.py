@@ -1,0 +1,114 @@
+"""bfloat16 in generated code: conversions exactly as ml_dtypes rounds, on CPUs with and
+without avx512bf16, vector loads widening to float32, and rint ties to even.
+
+LLVM lowers `fptrunc float to bfloat` to vcvtneps2bf16 where the CPU has
+avx512bf16 (it flushes denormals to zero) and to a `__truncsfbf2` call per lane
+where it has not; codegen rounds the bits itself, so the CPUs below agree with
+ml_dtypes bit for bit. Every target here is a subset of this machine's
+features, so each kernel runs here.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from codegen.kernel import compile_program
+from ir import compute as te
+from ir.build import build_program
+from ir.expr import cast, rint
+from ir.target import parse_short
+from tests.codegen.loopkit import with_loop
+
+BF16 = "bfloat16"
+N = 64
+TARGETS = ["host", "skylake-avx512", "x86-64-v3"]  # avx512bf16 (here), AVX-512 only, AVX2 only
+
+EDGE_BITS = [
+    0x3F808000,  # 1 + 2^-8: a tie, to even (down)
+    0x3F818000,  # 1 + 3·2^-8: a tie, to even (up)
+    0x3F808001,  # just above a tie: up
+    0x3F80FFFF,  # rounds up into the next binade's pattern
+    0x7F7FFFFF,  # float32 max: overflows to inf
+    0x7F800000,  # inf
+    0xFF800000,  # -inf
+    0x7FC00000,  # quiet NaN
+    0xFFC00001,  # negative NaN with a payload
+    0x7F800001,  # signalling NaN whose payload is below bfloat16's bits
+    0x00011000,  # denormal (flushed to zero by vcvtneps2bf16)
+    0x80018000,  # negative denormal, a tie
+    0x00008000,  # the smallest tie: to even (zero)
+    0x00018000,  # a tie: to even (up)
+    0x00000000,
+    0x80000000,  # -0
+]
+
+
+def _inputs() -> np.ndarray:
+    xs = np.resize(np.array(EDGE_BITS, np.uint32), N).view(np.float32).copy()
+    rng = np.random.default_rng(0)
+    xs[len(EDGE_BITS) : 40] = rng.standard_normal(40 - len(EDGE_BITS)).astype(np.float32) * 1e-38
+    xs[40:] = rng.standard_normal(N - 40).astype(np.float32) * 1e3
+    return xs
+
+
+def _round_trip(lanes: int | None) -> te.Workload:
+    x = te.placeholder((N,), "float32", "X")
+    y = te.compute((N,), lambda i: cast(BF16, x[i]), "Y")
+    z = te.compute((N,), lambda i: cast("float32", y[i]), "Z")
+    return te.Workload("bf16_round_trip", (x,), (y, z))
+
+
+def _compiled(workload: te.Workload, loops: list[str], lanes: int | None, target: str):
+    program = build_program(workload)
+    if lanes is not None:
+        for loop in loops:
+            program = with_loop(program, loop, "vectorized", vector_width=lanes)
+    return compile_program(program, None if target == "host" else parse_short(target))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lanes", [None, 8, 16])
+def test_float32_to_bfloat16_and_back_is_ml_dtypes_bit_for_bit(
+    target: str, lanes: int | None
+) -> None:
+    kernel = _compiled(_round_trip(lanes), ["i", "i_1"], lanes, target)
+    xs = _inputs()
+    y = np.zeros(N, ml_dtypes.bfloat16)
+    z = np.zeros(N, np.float32)
+    kernel(xs, y, z)
+    with np.errstate(invalid="ignore"):
+        want = xs.astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(z.view(np.uint32), want.astype(np.float32).view(np.uint32))
+    assert "__truncsfbf2" not in kernel.module.assembly()
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_vector_loads_of_bfloat16_widen_to_float32(lanes: int) -> None:
+    n = 16 * 3 + 13  # whole vectors and a tail of narrower ones
+    a = te.placeholder((n,), BF16, "A")
+    y = te.compute((n,), lambda i: cast("float32", a[i]) * 2.0, "Y")
+    kernel = _compiled(te.Workload("widen", (a,), (y,)), ["i"], lanes, "host")
+    xs = np.random.default_rng(1).uniform(-3, 3, n).astype(ml_dtypes.bfloat16)
+    out = np.full(n, np.nan, np.float32)
+    kernel(xs, out)
+    np.testing.assert_array_equal(out, xs.astype(np.float32) * 2)
+    asm = kernel.module.assembly()
+    assert "vpmovzxwd" in asm  # a vector zero-extend of 16-bit lanes, no per-lane work
+
+
+@pytest.mark.parametrize("lanes", [None, 16])
+def test_rint_rounds_ties_to_even_like_numpy(lanes: int | None) -> None:
+    x = te.placeholder((N,), "float32", "X")
+    y = te.compute((N,), lambda i: rint(x[i]), "Y")
+    kernel = _compiled(te.Workload("rint", (x,), (y,)), ["i"], lanes, "host")
+    ties = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 8388607.5, -2.5, 0.49999997], np.float32)
+    xs = np.resize(ties, N)
+    xs[8:12] = [np.nan, np.inf, -np.inf, 3e38]
+    xs[12:] = np.random.default_rng(2).uniform(-100, 100, N - 12).astype(np.float32)
+    out = np.zeros(N, np.float32)
+    kernel(xs, out)
+    np.testing.assert_array_equal(out, np.rint(xs))
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(np.rint(xs)))
