@@ -64,7 +64,8 @@ class Task:
         return [t.name for t in self.workload.outputs]
 
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        return library.make_inputs(self.workload, seed)
+        ranges = self.opdef.input_ranges(self.params) if self.opdef is not None else None
+        return library.make_inputs(self.workload, seed, ranges)
 
     def output_specs(self) -> list[tuple[tuple[int, ...], np.dtype]]:
         return [(t.concrete_shape(), dt.to_numpy(t.dtype)) for t in self.workload.outputs]

@@ -28,6 +28,13 @@ from ir.library.elementwise import GELU, TRANSPOSE
 from ir.library.matmul import BATCH_MATMUL, DENSE, MATMUL, MATMUL_INT8
 from ir.library.norm import LAYER_NORM, SOFTMAX
 from ir.library.pool import AVG_POOL2D, MAX_POOL2D
+from ir.library.quantized import (
+    BATCH_MATMUL_BF16,
+    CONV2D_NHWC_INT8,
+    DENSE_BF16,
+    DENSE_INT8,
+    MATMUL_BF16,
+)
 from ir.library.reduce import REDUCE_MAX, REDUCE_SUM
 from ir.library.spec import OpDef, Param
 
@@ -45,7 +52,7 @@ __all__ = [
     "workload_bytes",
 ]
 
-# In the order of DESIGN.md's table (what `loomtune ops` lists).
+# In the order of DESIGN.md's table, then its Wave 2 operators (what `loomtune ops` lists).
 OPS: dict[str, OpDef] = {
     op.name: op
     for op in (
@@ -64,6 +71,11 @@ OPS: dict[str, OpDef] = {
         GELU,
         TRANSPOSE,
         MATMUL_INT8,
+        DENSE_INT8,
+        CONV2D_NHWC_INT8,
+        MATMUL_BF16,
+        DENSE_BF16,
+        BATCH_MATMUL_BF16,
     )
 }
 
@@ -115,6 +127,10 @@ def resolve_params(op: OpDef, given: Mapping[str, str | int]) -> dict[str, int]:
             raise WorkloadError(
                 f"{op.name}: parameter {name} must be >= {spec.minimum}, got {value}"
             )
+        if spec.maximum is not None and value > spec.maximum:
+            raise WorkloadError(
+                f"{op.name}: parameter {name} must be <= {spec.maximum}, got {value}"
+            )
         params[name] = value
     op.check(params)
     return params
@@ -160,8 +176,13 @@ def instantiate(
     return op, params, workload
 
 
-def make_inputs(workload: Workload, seed: int = 0) -> list[np.ndarray]:
-    """Verification and timing inputs: floats uniform in [-1, 1], integers over their full range.
+def make_inputs(
+    workload: Workload,
+    seed: int = 0,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
+) -> list[np.ndarray]:
+    """Verification and timing inputs: floats uniform in [-1, 1], integers over their full range,
+    unless `ranges` names the input (`OpDef.input_ranges`, bounds inclusive).
 
     One generator seeded with `seed` draws the inputs in input order, so the same
     workload and seed give the same arrays in any process, each 64-byte aligned
@@ -172,13 +193,16 @@ def make_inputs(workload: Workload, seed: int = 0) -> list[np.ndarray]:
     for t in workload.inputs:
         shape = t.concrete_shape()
         np_dtype = dt.to_numpy(t.dtype)
+        bounds = (ranges or {}).get(t.name)
         if dt.is_float(t.dtype):
-            arr = rng.uniform(-1.0, 1.0, size=shape).astype(np_dtype)
+            lo, hi = bounds or (-1.0, 1.0)
+            arr = rng.uniform(lo, hi, size=shape).astype(np_dtype)
         elif t.dtype == "bool":
             arr = rng.integers(0, 1, size=shape, endpoint=True).astype(np_dtype)
         else:
             info = np.iinfo(np_dtype)
-            arr = rng.integers(info.min, info.max, size=shape, dtype=np_dtype, endpoint=True)
+            lo, hi = (int(b) for b in bounds) if bounds else (info.min, info.max)
+            arr = rng.integers(lo, hi, size=shape, dtype=np_dtype, endpoint=True)
         out.append(aligned_copy(arr))
     return out
 

@@ -50,8 +50,8 @@ def scaled(v: Expr, factor: int) -> Expr:
     return v if factor == 1 else v * factor
 
 
-def _pad_hw(X: Tensor, pad: int, h_dim: int) -> Tensor:
-    """The zero-padded copy of X over its two spatial dimensions h_dim and h_dim+1."""
+def pad_hw(X: Tensor, pad: int, h_dim: int, value: float | int = 0.0) -> Tensor:
+    """The copy of X padded with `value` over its two spatial dimensions h_dim and h_dim+1."""
     shape = list(X.concrete_shape())
     h, w = shape[h_dim], shape[h_dim + 1]
     padded = list(shape)
@@ -67,7 +67,7 @@ def _pad_hw(X: Tensor, pad: int, h_dim: int) -> Tensor:
         if not pad:
             return load
         inside = logical_and(y >= pad, y < h + pad, x >= pad, x < w + pad)
-        return select(inside, load, 0.0)
+        return select(inside, load, value)
 
     names = ["b", "c", "y", "x"] if h_dim == 2 else ["b", "y", "x", "c"]
     return te.compute(tuple(padded), body, "pad", axis_names=names)
@@ -124,7 +124,7 @@ def build_conv2d_nhwc(
     wo = out_size(w, kw, stride, pad, dilation)
     X = te.placeholder((n, h, w, ci), "float32", "X")
     W = te.placeholder((kh, kw, ci, co), "float32", "W")
-    P = _pad_hw(X, pad, 1)
+    P = pad_hw(X, pad, 1)
     rh, rw, rc = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw"), te.reduce_axis(ci, "rc")
     Y = te.compute(
         (n, ho, wo, co),
@@ -180,7 +180,7 @@ def build_conv2d_nchw(
     wo = out_size(w, kw, stride, pad, dilation)
     X = te.placeholder((n, ci, h, w), "float32", "X")
     W = te.placeholder((co, ci, kh, kw), "float32", "W")
-    P = _pad_hw(X, pad, 2)
+    P = pad_hw(X, pad, 2)
     rc, rh, rw = te.reduce_axis(ci, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
     Y = te.compute(
         (n, co, ho, wo),
@@ -237,7 +237,7 @@ def build_depthwise_conv2d_nhwc(
     wo = out_size(w, kw, stride, pad)
     X = te.placeholder((n, h, w, c), "float32", "X")
     W = te.placeholder((kh, kw, c), "float32", "W")
-    P = _pad_hw(X, pad, 1)
+    P = pad_hw(X, pad, 1)
     rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
     Y = te.compute(
         (n, ho, wo, c),

@@ -15,13 +15,20 @@ from ir.library.spec import OpDef, Param
 # matmul
 
 
-def build_matmul(m: int, n: int, k: int) -> Workload:
-    """C[m,n] = sum_r A[m,r] * B[r,n] in float32."""
-    A = te.placeholder((m, k), "float32", "A")
-    B = te.placeholder((k, n), "float32", "B")
+def f32(e: Expr) -> Expr:
+    """`e` widened to float32 (itself when it is float32: the float operators' IR is unchanged)."""
+    return cast("float32", e)
+
+
+def build_matmul(
+    m: int, n: int, k: int, *, dtype: str = "float32", name: str = "matmul"
+) -> Workload:
+    """C[m,n] = sum_r A[m,r] * B[r,n], inputs of `dtype` (float32, bfloat16) summed in float32."""
+    A = te.placeholder((m, k), dtype, "A")
+    B = te.placeholder((k, n), dtype, "B")
     r = te.reduce_axis(k, "r")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), "C")
-    return Workload("matmul", (A, B), (C,))
+    C = te.compute((m, n), lambda i, j: te.sum(f32(A[i, r]) * f32(B[r, j]), axis=r), "C")
+    return Workload(name, (A, B), (C,))
 
 
 def ref_matmul(params: Mapping[str, int], A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -51,13 +58,17 @@ MATMUL = OpDef(
 # batch_matmul
 
 
-def build_batch_matmul(b: int, m: int, n: int, k: int) -> Workload:
-    """C[b] = A[b]·B[b] for every batch index, float32."""
-    A = te.placeholder((b, m, k), "float32", "A")
-    B = te.placeholder((b, k, n), "float32", "B")
+def build_batch_matmul(
+    b: int, m: int, n: int, k: int, *, dtype: str = "float32", name: str = "batch_matmul"
+) -> Workload:
+    """C[b] = A[b]·B[b] for every batch index, inputs of `dtype` summed in float32."""
+    A = te.placeholder((b, m, k), dtype, "A")
+    B = te.placeholder((b, k, n), dtype, "B")
     r = te.reduce_axis(k, "r")
-    C = te.compute((b, m, n), lambda bb, i, j: te.sum(A[bb, i, r] * B[bb, r, j], axis=r), "C")
-    return Workload("batch_matmul", (A, B), (C,))
+    C = te.compute(
+        (b, m, n), lambda bb, i, j: te.sum(f32(A[bb, i, r]) * f32(B[bb, r, j]), axis=r), "C"
+    )
+    return Workload(name, (A, B), (C,))
 
 
 def ref_batch_matmul(
@@ -90,20 +101,27 @@ BATCH_MATMUL = OpDef(
 # dense
 
 
-def build_dense(m: int, n: int, k: int, bias: int, relu: int) -> Workload:
+def build_dense(
+    m: int, n: int, k: int, bias: int, relu: int, *, dtype: str = "float32", name: str = "dense"
+) -> Workload:
     """Y = X·W (+ bias) (then relu); the epilogue is its own compute so it can be fused later.
 
     With neither bias nor relu the product itself is the output Y; otherwise the
-    product is the intermediate "XW" and Y applies the epilogue to it.
+    product is the intermediate "XW" and Y applies the epilogue to it. X and W
+    are of `dtype` (float32, bfloat16), the product, bias and Y float32.
     """
-    X = te.placeholder((m, k), "float32", "X")
-    W = te.placeholder((k, n), "float32", "W")
+    X = te.placeholder((m, k), dtype, "X")
+    W = te.placeholder((k, n), dtype, "W")
     r = te.reduce_axis(k, "r")
     inputs = [X, W]
+
+    def product(i: Expr, j: Expr) -> Expr:
+        return te.sum(f32(X[i, r]) * f32(W[r, j]), axis=r)
+
     if not bias and not relu:
-        Y = te.compute((m, n), lambda i, j: te.sum(X[i, r] * W[r, j], axis=r), "Y")
-        return Workload("dense", tuple(inputs), (Y,))
-    XW = te.compute((m, n), lambda i, j: te.sum(X[i, r] * W[r, j], axis=r), "XW")
+        Y = te.compute((m, n), product, "Y")
+        return Workload(name, tuple(inputs), (Y,))
+    XW = te.compute((m, n), product, "XW")
     Bias = te.placeholder((n,), "float32", "bias") if bias else None
     if Bias is not None:
         inputs.append(Bias)
@@ -117,7 +135,7 @@ def build_dense(m: int, n: int, k: int, bias: int, relu: int) -> Workload:
         return v
 
     Y = te.compute((m, n), epilogue, "Y")
-    return Workload("dense", tuple(inputs), (Y,))
+    return Workload(name, tuple(inputs), (Y,))
 
 
 def ref_dense(
@@ -192,4 +210,5 @@ MATMUL_INT8 = OpDef(
     build=build_matmul_int8,
     reference=ref_matmul_int8,
     flops=flops_matmul,
+    float_twin=lambda p: ("matmul", dict(p)),
 )

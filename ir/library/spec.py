@@ -19,6 +19,7 @@ class Param:
     minimum: int = 1
     choices: tuple[int, ...] | None = None
     doc: str = ""
+    maximum: int | None = None
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,11 @@ class OpDef:
     is both the verification reference and the baseline timed against;
     `flops(params)` counts floating-point (or integer multiply-add) operations;
     `check(params)` raises WorkloadError for combinations that are not allowed
-    (e.g. an empty output).
+    (e.g. an empty output). `input_ranges(params)` narrows the verification
+    inputs of some inputs to `{name: (low, high)}` (inclusive; a requantizing
+    operator's scale and bias, whose full ranges would saturate every output);
+    `float_twin(params)` is the float32 operator and parameters an integer or
+    bf16 operator is timed against (DESIGN.md "Baselines").
     """
 
     name: str
@@ -40,6 +45,10 @@ class OpDef:
     reference: Callable[..., tuple[np.ndarray, ...]]
     flops: Callable[[Mapping[str, int]], int | None]
     check: Callable[[Mapping[str, int]], None] = field(default=lambda p: None)
+    input_ranges: Callable[[Mapping[str, int]], dict[str, tuple[float, float]]] = field(
+        default=lambda p: {}
+    )
+    float_twin: Callable[[Mapping[str, int]], tuple[str, dict[str, int]]] | None = None
 
     def defaults(self) -> dict[str, int]:
         return {p.name: p.default for p in self.params}

@@ -15,20 +15,15 @@ NUMPY = "numpy"
 NUMPY_FLOAT32 = "numpy float32"
 EVALUATOR = "evaluator"
 
-_LOW_PRECISION_SUFFIXES = ("_int8", "_uint8", "_bf16")
-
 
 def baseline_of(task: Any) -> str:
-    """The baseline a task's kernel is timed against."""
+    """The baseline a task's kernel is timed against: an operator with a float32 twin
+    (`OpDef.float_twin`: the integer and bf16 ones) is timed against the twin."""
     if task.is_custom:
         return EVALUATOR
-    if any(not _is_wide_float(t.dtype) for t in task.workload.inputs):
+    if task.opdef.float_twin is not None:
         return NUMPY_FLOAT32
     return NUMPY
-
-
-def _is_wide_float(dtype: str) -> bool:
-    return dtype in ("float32", "float64")
 
 
 def with_baseline(result: dict[str, Any], task: Any) -> dict[str, Any]:
@@ -50,23 +45,20 @@ def with_baseline(result: dict[str, Any], task: Any) -> dict[str, Any]:
 
 
 def float32_ms(task: Any, threads: int) -> float:
-    """numpy's float32 version of `task` on the same shapes (its float sibling's reference,
-    e.g. matmul for matmul_int8), limited to `threads`, median ms."""
-    import numpy as np
-
-    from ir.library import OPS
+    """numpy's float32 version of `task` on the same shapes (the reference of its float twin,
+    e.g. matmul for matmul_int8, dense with bias for dense_int8, on the twin's own float32
+    inputs), limited to `threads`, median ms."""
+    from ir.task import library_task
     from workers.compare import COMPARE_CONFIG
     from workers.machine import limit_numpy_threads
     from workers.timing import time_interleaved
 
-    sibling = task.op
-    for suffix in _LOW_PRECISION_SUFFIXES:
-        sibling = sibling.removesuffix(suffix)
-    opdef = OPS.get(sibling, task.opdef)
-    inputs = [np.ascontiguousarray(x, dtype=np.float32) for x in task.make_inputs(0)]
+    op, params = task.opdef.float_twin(task.params)
+    twin = library_task(op, params)
+    inputs = twin.make_inputs(0)
     with limit_numpy_threads(threads):
         (timing,) = time_interleaved(
-            [lambda: opdef.reference(task.params, *inputs)], COMPARE_CONFIG
+            [lambda: twin.opdef.reference(twin.params, *inputs)], COMPARE_CONFIG
         )
     return timing.median_ms
 

@@ -76,4 +76,25 @@ PARAM_SETS: dict[str, list[dict[str, int]]] = {
     "gelu": _ROWS,
     "transpose": _ROWS,
     "matmul_int8": _MATMUL,
+    "dense_int8": [
+        {"m": 1, "n": 7, "k": 127, "x_zero_point": 0, "y_zero_point": 255},
+        {"m": 127, "n": 1000, "k": 7, "x_zero_point": 128, "y_zero_point": 128},
+        {"m": 7, "n": 1, "k": 1000, "x_zero_point": 255, "y_zero_point": 0},
+    ],
+    "conv2d_nhwc_int8": [
+        {**_CONV[0], "x_zero_point": 3, "y_zero_point": 128},
+        {**_CONV[2], "x_zero_point": 128, "y_zero_point": 7},
+        {**_CONV[3], "x_zero_point": 255, "y_zero_point": 232},
+    ],
+    "matmul_bf16": _MATMUL,
+    "dense_bf16": [
+        {"m": 1, "n": 7, "k": 127, "bias": 1, "relu": 1},
+        {"m": 127, "n": 1000, "k": 7, "bias": 0, "relu": 0},
+        {"m": 7, "n": 1, "k": 1000, "bias": 1, "relu": 0},
+    ],
+    "batch_matmul_bf16": [
+        {"b": 1, "m": 7, "n": 127, "k": 1000},
+        {"b": 7, "m": 127, "n": 1, "k": 7},
+        {"b": 3, "m": 5, "n": 6, "k": 1},
+    ],
 }

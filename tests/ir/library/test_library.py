@@ -42,7 +42,16 @@ DESIGN_PARAMS: dict[str, tuple[str, ...]] = {
     "gelu": ("m", "n"),
     "transpose": ("m", "n"),
     "matmul_int8": ("m", "n", "k"),
+    "dense_int8": ("m", "n", "k", "x_zero_point", "y_zero_point"),
+    "conv2d_nhwc_int8": (
+        *("n", "h", "w", "ci", "co", "kh", "kw", "stride", "pad", "dilation"),
+        *("x_zero_point", "y_zero_point"),
+    ),
+    "matmul_bf16": ("m", "n", "k"),
+    "dense_bf16": ("m", "n", "k", "bias", "relu"),
+    "batch_matmul_bf16": ("b", "m", "n", "k"),
 }
+LOW_PRECISION = {n for n in DESIGN_PARAMS if n.endswith(("_int8", "_bf16"))}
 
 ALL_OPS = list(DESIGN_PARAMS)
 CASES = [(name, i) for name in ALL_OPS for i in range(len(PARAM_SETS.get(name, ())))]
@@ -64,7 +73,7 @@ def within_tolerance(out: np.ndarray, ref: np.ndarray, k: int) -> np.ndarray:
 
 def test_registry_is_designs_table_in_order() -> None:
     assert list(OPS) == ALL_OPS
-    assert len(OPS) == 15
+    assert len(OPS) == 20
 
 
 @pytest.mark.parametrize("name", ALL_OPS)
@@ -77,6 +86,8 @@ def test_parameter_names_and_bounds(name: str) -> None:
             assert (p.minimum, p.choices) == (0, (0, 1))
         elif p.name == "pad":
             assert (p.minimum, p.choices) == (0, None)
+        elif p.name.endswith("_zero_point"):
+            assert (p.minimum, p.maximum, p.choices) == (0, 255, None)
         else:
             assert (p.minimum, p.choices) == (1, None)
         assert p.default >= p.minimum
@@ -105,7 +116,7 @@ def test_defaults_build_and_match_reference(name: str) -> None:
     # Every input and output is documented by name, and float ops use float32.
     for t in (*wl.inputs, *wl.outputs):
         assert f"{t.name}[" in op.doc, f"{t.name} is not documented in {name}'s doc"
-        if name != "matmul_int8":
+        if name not in LOW_PRECISION:
             assert t.dtype == "float32"
     # Defaults are small: a naive loop nest runs in well under a second.
     flops = op.flops(params)

@@ -37,6 +37,11 @@ DESIGN_OPS = [
     "gelu",
     "transpose",
     "matmul_int8",
+    "dense_int8",
+    "conv2d_nhwc_int8",
+    "matmul_bf16",
+    "dense_bf16",
+    "batch_matmul_bf16",
 ]
 
 RUN_FIELDS = {
@@ -103,6 +108,7 @@ def test_ops_json_lists_the_library_in_design_order() -> None:
                 assert t["dtype"] in {
                     "float32",
                     "float64",
+                    "bfloat16",
                     "int8",
                     "uint8",
                     "int16",
@@ -126,6 +132,11 @@ def test_ops_json_lists_the_library_in_design_order() -> None:
     i8 = by_name["matmul_int8"]
     assert [t["dtype"] for t in i8["inputs"]] == ["uint8", "int8"]
     assert [t["dtype"] for t in i8["outputs"]] == ["int32"]
+    q8 = by_name["dense_int8"]
+    assert [t["dtype"] for t in q8["inputs"]] == ["uint8", "int8", "int32", "float32"]
+    assert [t["dtype"] for t in q8["outputs"]] == ["uint8"]
+    bf = by_name["matmul_bf16"]
+    assert [t["dtype"] for t in bf["inputs"] + bf["outputs"]] == ["bfloat16"] * 2 + ["float32"]
 
 
 # ---------------------------------------------------------------------------

@@ -188,6 +188,8 @@ def test_run_names_its_baseline(capsys: pytest.CaptureFixture[str]) -> None:
     cases = [
         (("--workload", TANH_MATMUL, "m=32"), "evaluator"),
         (("matmul_int8", "m=32", "n=32", "k=32"), "numpy float32"),
+        (("matmul_bf16", "m=32", "n=32", "k=32"), "numpy float32"),
+        (("dense_int8", "m=32", "n=32", "k=32"), "numpy float32"),
         (("gelu", "m=32", "n=32"), "numpy"),
     ]
     for words, baseline in cases:
