@@ -59,6 +59,7 @@ C_TYPES = {
     "int32": "int32_t",
     "int64": "int64_t",
     "bool": "uint8_t",  # stored as one byte, 0 or 1 (codegen.emit.memory_type)
+    "bfloat16": "uint16_t",  # the bits: the upper half of a float32 of the same value
 }
 """The C element type of each loomtune dtype, as the header spells it."""
 

@@ -10,16 +10,23 @@ features, so each kernel runs here.
 
 from __future__ import annotations
 
+import ctypes
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
 
+from codegen.export import export_kernel, header_path
+from codegen.host import host_target
 from codegen.kernel import compile_program
 from ir import compute as te
 from ir.build import build_program
 from ir.expr import cast, rint
 from ir.target import parse_short
+from ir.task import library_task
 from tests.codegen.loopkit import with_loop
+from workers.verify import empty_outputs, verify
 
 BF16 = "bfloat16"
 N = 64
@@ -112,3 +119,21 @@ def test_rint_rounds_ties_to_even_like_numpy(lanes: int | None) -> None:
     kernel(xs, out)
     np.testing.assert_array_equal(out, np.rint(xs))
     np.testing.assert_array_equal(np.signbit(out), np.signbit(np.rint(xs)))
+
+
+def test_an_exported_bf16_kernel_takes_uint16_bits_and_runs(tmp_path: Path) -> None:
+    """The .so needs no bf16 runtime routine (no __truncsfbf2) and its header spells the
+    inputs as their bits."""
+    task = library_task("matmul_bf16", {"m": 8, "n": 16, "k": 24})
+    so = tmp_path / "mm.so"
+    export_kernel(task.program, host_target(), symbol="mm_bf16", fmt="so", output=so)
+    assert (
+        "int mm_bf16(const uint16_t* A, const uint16_t* B, float* C);"
+        in header_path(so).read_text()
+    )
+    inputs = task.make_inputs(0)
+    (out,) = empty_outputs(task.output_specs())
+    fn = ctypes.CDLL(str(so)).mm_bf16
+    assert fn(*(ctypes.c_void_p(a.ctypes.data) for a in (*inputs, out))) == 0
+    (ref,) = task.reference(inputs)
+    assert verify([out], [ref], ["C"], 24) is None
