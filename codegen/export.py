@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from codegen.emit import emit_module
@@ -40,11 +40,14 @@ __all__ = [
     "C_TYPES",
     "FORMATS",
     "ExportError",
+    "c_dims",
     "c_header",
+    "c_parameter_names",
     "check_request",
     "check_symbol",
     "export_kernel",
     "header_path",
+    "target_lines",
 ]
 
 FORMATS = ("so", "obj", "ll", "asm")
@@ -238,28 +241,26 @@ def check_symbol(symbol: str) -> None:
         raise ExportError(f"invalid symbol name {symbol!r}: {problem}; choose another with --name")
 
 
-def _parameter_names(program: Program) -> list[str]:
-    """Parameter names for the declaration: the buffer's own where C accepts it.
+def c_parameter_names(names: Sequence[str], reserved: Iterable[str] = ()) -> list[str]:
+    """Parameter names for a declaration: each tensor's own where C accepts it.
 
     A custom workload's tensor may be called ``int`` or ``λ`` (Python
-    identifiers); such a parameter is declared as ``argN`` and the comment
-    block keeps its real name.
+    identifiers), a model's ``onnx::MatMul_0``; such a parameter is declared
+    as ``argN`` and the comment block keeps its real name. ``reserved`` names
+    are taken by other parameters of the declaration.
     """
-    usable = [
-        _c_name_problem(buf.name) is None and not _STDINT_MACRO.fullmatch(buf.name)
-        for buf in program.params
-    ]
-    taken = {buf.name for buf, ok in zip(program.params, usable) if ok}
-    names = []
-    for i, (buf, ok) in enumerate(zip(program.params, usable)):
-        name = buf.name
-        if not ok:
+    reserved = frozenset(reserved)
+    usable = [_c_name_problem(n) is None and not _STDINT_MACRO.fullmatch(n) for n in names]
+    taken = set(reserved) | {n for n, ok in zip(names, usable) if ok}
+    out = []
+    for i, (name, ok) in enumerate(zip(names, usable)):
+        if not ok or name in reserved:
             name = f"arg{i}"
             while name in taken:  # a tensor may itself be called arg0
                 name += "_"
             taken.add(name)
-        names.append(name)
-    return names
+        out.append(name)
+    return out
 
 
 def header_path(output: str | Path) -> Path:
@@ -271,11 +272,12 @@ def header_path(output: str | Path) -> Path:
 # The header
 
 
-def _dims(shape: tuple[int, ...]) -> str:
+def c_dims(shape: tuple[int, ...]) -> str:
+    """``[2][3]``: a shape as the header comments write it."""
     return "".join(f"[{d}]" for d in shape) if shape else " (scalar)"
 
 
-def _wrap_target(target: Target, width: int = 68) -> list[str]:
+def target_lines(target: Target, width: int = 68) -> list[str]:
     """The canonical target string over several lines, broken only between features."""
     lines = [f"llvm -mcpu={target.cpu}"]
     if target.features:
@@ -302,7 +304,7 @@ def c_header(program: Program, symbol: str, *, target: Target | None = None) -> 
     for buf in program.params:
         if buf.dtype not in C_TYPES:
             raise ExportError(f"parameter {buf.name}: dtype {buf.dtype} has no C type")
-    names = _parameter_names(program)
+    names = c_parameter_names([buf.name for buf in program.params])
     n_inputs = len(program.inputs)
     guard = f"LOOMTUNE_{symbol}_H"
 
@@ -312,7 +314,7 @@ def c_header(program: Program, symbol: str, *, target: Target | None = None) -> 
     if target is not None:
         # The feature list is long: wrap it so the header reads in an editor.
         doc.append("Compiled for (runs only on CPUs with these features):")
-        doc += ["  " + line for line in _wrap_target(target)]
+        doc += ["  " + line for line in target_lines(target)]
     doc += [
         "",
         "Parameters, in call order (dense row-major arrays; outputs must not",
@@ -322,7 +324,7 @@ def c_header(program: Program, symbol: str, *, target: Target | None = None) -> 
     for i, (buf, name) in enumerate(zip(program.params, names)):
         role = "input " if i < n_inputs else "output"
         shape = buf.concrete_shape()
-        line = f"  {name.ljust(width)}  {role}  {buf.dtype}{_dims(shape)}"
+        line = f"  {name.ljust(width)}  {role}  {buf.dtype}{c_dims(shape)}"
         if name != buf.name:
             line += f"  (tensor {buf.name!r})"
         if buf.dtype == "bool":

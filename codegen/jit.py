@@ -18,8 +18,10 @@ import functools
 import hashlib
 import shutil
 import subprocess
+import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,7 @@ __all__ = [
     "cache_clear",
     "cache_size",
     "compile_ir",
+    "compile_object",
     "create_target_machine",
     "ensure_llvm",
     "link_shared_library",
@@ -90,6 +93,9 @@ def ensure_llvm() -> None:
     """
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    # Module-level assembly (an exported model's `.incbin` of its weights) is
+    # parsed by the target's assembler when the object is written.
+    llvm.initialize_native_asmparser()
     for symbol, library in (("expf", "m"), ("pthread_create", "pthread"), ("malloc", "c")):
         if llvm.address_of_symbol(symbol):
             continue
@@ -230,6 +236,46 @@ class _Options:
     slp_vectorize: bool = True
 
 
+def _optimized(
+    ir_text: str, target: Target, options: _Options, external: frozenset[str]
+) -> tuple[llvm.ModuleRef, llvm.TargetMachine, frozenset[str]]:
+    """Parse and verify, refuse calls that neither the process nor ``external`` resolves,
+    optimise for ``target``: the module, the (export) target machine it was made for and
+    the functions the text defines."""
+    module = _parse(ir_text)
+    with _LLVM_LOCK:
+        unresolved = sorted(
+            name
+            for name in _undeclared(module)
+            if name not in external and not llvm.address_of_symbol(name)
+        )
+        if unresolved:
+            raise CompileError(
+                f"unresolved external symbol(s): {', '.join(unresolved)}\n"
+                "kernels may call only libc, libm and libpthread"
+            )
+        defined = frozenset(fn.name for fn in module.functions if not fn.is_declaration)
+        # Triple and data layout first: the passes read type sizes and vector costs from them.
+        machine = create_target_machine(target)
+        module.triple = llvm.get_process_triple()
+        module.data_layout = str(machine.target_data)
+        optimize(module, machine, options.opt_level, options.loop_vectorize, options.slp_vectorize)
+    return module, machine, defined
+
+
+def compile_object(ir_text: str, target: Target, *, external: Iterable[str] = ()) -> bytes:
+    """A position-independent object of ``ir_text`` for ``target``, with no JIT.
+
+    For code that is only exported (an exported model's kernels and its driver):
+    the same parse, checks and O3 pipeline as :class:`CompiledModule`, so the same
+    machine code, without the JIT's second code generation. ``external`` names
+    functions another object of the same library defines (the driver calls the kernels).
+    """
+    module, machine, _ = _optimized(ir_text, target, _Options(), frozenset(external))
+    with _LLVM_LOCK:
+        return bytes(machine.emit_object(module))
+
+
 class CompiledModule:
     """IR text compiled for a target: JIT-ed functions plus export artefacts.
 
@@ -250,27 +296,11 @@ class CompiledModule:
         self.target = target
         self.options = _Options(opt_level, loop_vectorize, slp_vectorize)
 
-        # 1. parse and verify; refuse calls nothing could resolve
-        module = _parse(ir_text)
+        # 1. parse, verify, refuse calls nothing could resolve; 2. optimise
+        module, self._export_machine, self.defined_functions = _optimized(
+            ir_text, target, self.options, frozenset()
+        )
         with _LLVM_LOCK:
-            unresolved = sorted(
-                name for name in _undeclared(module) if not llvm.address_of_symbol(name)
-            )
-            if unresolved:
-                raise CompileError(
-                    f"unresolved external symbol(s): {', '.join(unresolved)}\n"
-                    "kernels may call only libc, libm and libpthread"
-                )
-            self.defined_functions: frozenset[str] = frozenset(
-                fn.name for fn in module.functions if not fn.is_declaration
-            )
-
-            # 2. optimise for the target (triple and data layout set first:
-            #    the passes read type sizes and vector costs from them)
-            self._export_machine = create_target_machine(target)
-            module.triple = llvm.get_process_triple()
-            module.data_layout = str(self._export_machine.target_data)
-            optimize(module, self._export_machine, opt_level, loop_vectorize, slp_vectorize)
             # Kept as text before MCJIT's code generator touches the module
             # (codegen-prepare rewrites IR); exports re-parse it.
             self.optimized_ir: str = str(module)
@@ -397,10 +427,19 @@ def write_llvm_ir(module: CompiledModule, path: str | Path, *, optimized: bool =
     return path
 
 
-def link_shared_library(obj_path: str | Path, so_path: str | Path, *, cc: str = "cc") -> Path:
-    """Link an object file into a shared library with the system C compiler.
+def link_shared_library(
+    obj_path: str | Path | Sequence[str | Path],
+    so_path: str | Path,
+    *,
+    cc: str = "cc",
+    exports: Sequence[str] | None = None,
+) -> Path:
+    """Link object files into a shared library with the system C compiler.
 
     Only ``-lm -lpthread`` (and libc) are linked: a kernel needs nothing else.
+    With ``exports``, only those symbols are visible outside the library (a GNU
+    version script): a model's kernels stay internal, so two models' libraries
+    can be loaded by one program.
     """
     driver = shutil.which(cc)
     if driver is None:
@@ -409,8 +448,14 @@ def link_shared_library(obj_path: str | Path, so_path: str | Path, *, cc: str = 
             "(install one, or export an object file instead)"
         )
     so_path = Path(so_path)
-    command = [driver, "-shared", "-o", str(so_path), str(obj_path), "-lm", "-lpthread"]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    objects = [obj_path] if isinstance(obj_path, str | Path) else list(obj_path)
+    command = [driver, "-shared", "-o", str(so_path), *map(str, objects), "-lm", "-lpthread"]
+    with tempfile.TemporaryDirectory(prefix="loomtune-link-") as tmp:
+        if exports is not None:
+            script = Path(tmp) / "exports.map"
+            script.write_text("{ global: " + "".join(f"{s}; " for s in exports) + "local: *; };\n")
+            command.append(f"-Wl,--version-script={script}")
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         output = (done.stderr or done.stdout).strip()
         raise LinkError(
