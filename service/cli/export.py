@@ -1,4 +1,5 @@
-"""`loomtune export`: a kernel as code a C program links (.so + .h, .o, .ll, .s)."""
+"""`loomtune export`: a kernel as code a C program links (.so + .h, .o, .ll, .s), or a whole
+ONNX model as one shared library and its header (`--model`)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,17 @@ from service.cli.jobs import short_target
 
 def add_export_parser(sub: Any) -> None:
     export = sub.add_parser(
-        "export", help="write a kernel as code a C program links (.so + .h, .o, .ll, .s)"
+        "export",
+        help="write a kernel as code a C program links (.so + .h, .o, .ll, .s), or a model as a .so",
     )
     export.add_argument("workload", nargs="*", metavar="OP k=v", help="operator and parameters")
     export.add_argument(
         "--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition"
+    )
+    export.add_argument(
+        "--model",
+        metavar="FILE.onnx",
+        help="a whole ONNX model as one library: N_run(inputs..., outputs...) (--format so)",
     )
     export.add_argument(
         "--trace",
@@ -49,7 +56,10 @@ def add_export_parser(sub: Any) -> None:
         help="'host' (default) or 'llvm -mcpu=... -mattr=...'",
     )
     export.add_argument(
-        "--name", metavar="SYMBOL", help="C function name (default: the operator's name)"
+        "--name",
+        metavar="SYMBOL",
+        help="C function name (default: the operator's name; with --model, N of N_run: "
+        "the file's name)",
     )
     export.add_argument(
         "--format",
@@ -75,8 +85,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     the default loop nest. stderr says which.
     """
     from codegen.export import check_request, export_kernel
-    from codegen.host import host_target, is_host
 
+    if args.model is not None:
+        return _export_model(args)
     if args.repair and args.trace is None:
         raise UsageError("export: --repair goes with --trace")
     if args.trace is not None:
@@ -88,14 +99,67 @@ def cmd_export(args: argparse.Namespace) -> int:
     check_request(symbol, args.fmt, args.output)  # a refused export prints only its error
     if args.trace is None:
         program, source = _stored_or_default(task, target)
+    _log_target(target)
+    log(source)
+    written = export_kernel(program, target, symbol=symbol, fmt=args.fmt, output=args.output)
+    log("wrote " + ", ".join(str(path) for path in written))
+    return 0
+
+
+def _log_target(target: Any) -> None:
+    from codegen.host import host_target, is_host
+
     if not is_host(target):
         log(
             f"compiling for {short_target(target.canonical())}, "
             f"not this machine's CPU ({host_target().cpu})"
         )
-    log(source)
-    written = export_kernel(program, target, symbol=symbol, fmt=args.fmt, output=args.output)
-    log("wrote " + ", ".join(str(path) for path in written))
+
+
+def _export_model(args: argparse.Namespace) -> int:
+    """`export --model`: every task's best stored schedule for the target (else its default
+    loop nest), the driver and the weights in one .so, and its header."""
+    import time
+    from pathlib import Path
+
+    from codegen.model_export import check_model_request, default_name, export_model
+    from ir.graph.plan import build_plan
+    from service.model import load_graph, stored_schedules
+
+    if args.workload or args.workload_file is not None or args.trace is not None:
+        raise UsageError("export: give an operator, --workload or --model, not several")
+    if args.repair:
+        raise UsageError("export: --repair goes with --trace")
+    if args.fmt != "so":
+        raise UsageError(f"export --model writes a shared library: use --format so, not {args.fmt}")
+    target = export_target(args.target, args.threads)
+    name = args.name if args.name is not None else default_name(args.model)
+    check_model_request(name, args.output)  # a refused export prints only its error
+    start = time.perf_counter()
+    graph = load_graph(args.model)
+    plan = build_plan(graph)
+    schedules = stored_schedules(plan, target.canonical())
+    for problem in schedules.problems:
+        log(f"warning: {problem}")
+    _log_target(target)
+    tuned = sum(schedules.tuned(t.task.key) for t in plan.tasks)
+    log(
+        f"exporting {len(plan.tasks)} tasks ({len(plan.steps)} kernel calls): "
+        f"{tuned} with their stored best schedule, {len(plan.tasks) - tuned} default loop nests"
+    )
+    done = export_model(
+        plan,
+        target,
+        name=name,
+        output=args.output,
+        programs=schedules.programs,
+        source=Path(args.model).name,
+    )
+    log(
+        f"wrote {done.library} ({done.library.stat().st_size / 1e6:.1f} MB, weights embedded: "
+        f"{done.weight_bytes / 1e6:.1f} MB; arena {done.arena_bytes / 1e6:.1f} MB), "
+        f"{done.header}: {name}_run in {time.perf_counter() - start:.1f} s"
+    )
     return 0
 
 
