@@ -15,9 +15,15 @@ int32 bias, a float32 `scale` input of shape [1] and the output's zero point
 
 as uint8, accumulated in int32 (wrapping past 2**31, like numpy), rint ties to
 even (np.rint on float32). Exact against numpy: every step is one correctly
-rounded float32 operation or exact integer arithmetic. The product is the
-int32 intermediate "acc" and the requantization the output compute "Y", so a
-schedule tiles the product and folds the requantization into its write-back.
+rounded float32 operation or exact integer arithmetic.
+
+The kernel computes it as QNN lowers it: the product is the plain u8 × s8 → s32
+reduction "acc" = X·W (matmul_int8's computation, which a VNNI or AMX tensor
+intrinsic matches), the zero point's share is x_zero_point · "wsum", the
+weight's column sums (a k·n reduction), and the output compute "Y" requantizes
+acc − x_zero_point·wsum + bias, so a schedule tiles the product and folds the
+requantization into its write-back. In int32 arithmetic modulo 2**32 the two
+forms are equal; the numpy reference computes the first.
 """
 
 from __future__ import annotations
@@ -134,11 +140,16 @@ ZERO_POINT_PARAMS = (
 )
 
 
-def _requantize(acc: Tensor, bias: Tensor, scale: Tensor, y_zero_point: int) -> Tensor:
-    """Y[..., o] = uint8(clip(rint(float32(acc + bias[o]) · scale[0]) + y_zero_point, 0, 255))."""
+def _requantize(
+    acc: Tensor, wsum: Tensor, x_zero_point: int, bias: Tensor, scale: Tensor, y_zero_point: int
+) -> Tensor:
+    """Y[..., o] = uint8(clip(rint(float32(acc − x_zero_point·wsum[o] + bias[o]) · scale[0])
+    + y_zero_point, 0, 255))."""
 
     def body(*idx: Expr) -> Expr:
-        v = cast("float32", acc[idx] + bias[idx[-1]]) * scale[0]
+        o = idx[-1]
+        exact = acc[idx] - wsum[o] * x_zero_point + bias[o]
+        v = cast("float32", exact) * scale[0]
         v = rint(v) + float(y_zero_point)
         return cast("uint8", maximum(minimum(v, 255.0), 0.0))
 
@@ -154,10 +165,8 @@ def _requantize_np(
     return np.clip(np.rint(v) + np.float32(y_zero_point), 0, 255).astype(np.uint8)
 
 
-def _shifted(x: Expr, zero_point: int) -> Expr:
-    """int32(x) − zero_point (the subtraction left out when the zero point is 0)."""
-    wide = cast("int32", x)
-    return wide - zero_point if zero_point else wide
+def _i32(x: Expr) -> Expr:
+    return cast("int32", x)
 
 
 def quantized_ranges(k: int) -> dict[str, tuple[float, float]]:
@@ -188,13 +197,11 @@ def build_dense_int8(m: int, n: int, k: int, x_zero_point: int, y_zero_point: in
     W = te.placeholder((k, n), "int8", "W")
     bias = te.placeholder((n,), "int32", "bias")
     scale = te.placeholder((1,), "float32", "scale")
+    rk = te.reduce_axis(k, "rk")
+    wsum = te.compute((n,), lambda j: te.sum(_i32(W[rk, j]), axis=rk), "wsum")
     r = te.reduce_axis(k, "r")
-    acc = te.compute(
-        (m, n),
-        lambda i, j: te.sum(_shifted(X[i, r], x_zero_point) * cast("int32", W[r, j]), axis=r),
-        "acc",
-    )
-    Y = _requantize(acc, bias, scale, y_zero_point)
+    acc = te.compute((m, n), lambda i, j: te.sum(_i32(X[i, r]) * _i32(W[r, j]), axis=r), "acc")
+    Y = _requantize(acc, wsum, x_zero_point, bias, scale, y_zero_point)
     return Workload("dense_int8", (X, W, bias, scale), (Y,))
 
 
@@ -216,7 +223,8 @@ DENSE_INT8 = OpDef(
     doc=(
         "QNN dense: Y = clip(rint(float32((X − x_zero_point)·W + bias)·scale) + y_zero_point, "
         "0, 255), int32 accumulation, rint ties to even. Inputs: X[m,k] uint8, W[k,n] int8, "
-        "bias[n] int32, scale[1] float32. Outputs: Y[m,n] uint8. Intermediate: acc[m,n] int32."
+        "bias[n] int32, scale[1] float32. Outputs: Y[m,n] uint8. Intermediates: acc[m,n] int32 "
+        "(X·W), wsum[n] int32 (W's column sums)."
     ),
     build=build_dense_int8,
     reference=ref_dense_int8,
@@ -244,7 +252,8 @@ def build_conv2d_nhwc_int8(
     y_zero_point: int,
 ) -> Workload:
     """conv2d_nhwc's loop nest on uint8 × int8, padded with the zero point (a padded cell is
-    a real 0), then requantized."""
+    a real 0: every window has kh·kw·ci cells, so x_zero_point·wsum is its share), then
+    requantized."""
     ho = out_size(h, kh, stride, pad, dilation)
     wo = out_size(w, kw, stride, pad, dilation)
     X = te.placeholder((n, h, w, ci), "uint8", "X")
@@ -252,6 +261,8 @@ def build_conv2d_nhwc_int8(
     bias = te.placeholder((co,), "int32", "bias")
     scale = te.placeholder((1,), "float32", "scale")
     P = pad_hw(X, pad, 1, value=x_zero_point)
+    sh, sw, sc = te.reduce_axis(kh, "sh"), te.reduce_axis(kw, "sw"), te.reduce_axis(ci, "sc")
+    wsum = te.compute((co,), lambda o: te.sum(_i32(W[sh, sw, sc, o]), axis=[sh, sw, sc]), "wsum")
     rh, rw, rc = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw"), te.reduce_axis(ci, "rc")
 
     def product(b: Expr, i: Expr, j: Expr, o: Expr) -> Expr:
@@ -261,12 +272,10 @@ def build_conv2d_nhwc_int8(
             scaled(j, stride) + scaled(rw, dilation),
             rc,
         ]
-        return te.sum(
-            _shifted(x, x_zero_point) * cast("int32", W[rh, rw, rc, o]), axis=[rh, rw, rc]
-        )
+        return te.sum(_i32(x) * _i32(W[rh, rw, rc, o]), axis=[rh, rw, rc])
 
     acc = te.compute((n, ho, wo, co), product, "acc")
-    Y = _requantize(acc, bias, scale, y_zero_point)
+    Y = _requantize(acc, wsum, x_zero_point, bias, scale, y_zero_point)
     return Workload("conv2d_nhwc_int8", (X, W, bias, scale), (Y,))
 
 
@@ -301,7 +310,7 @@ CONV2D_NHWC_INT8 = OpDef(
         "QNN conv2d, NHWC input, HWIO weight (conv2d_nhwc's parameters), padded with "
         "x_zero_point, requantized as dense_int8. Inputs: X[n,h,w,ci] uint8, W[kh,kw,ci,co] "
         "int8, bias[co] int32, scale[1] float32. Outputs: Y[n,ho,wo,co] uint8. "
-        "Intermediates: pad uint8, acc[n,ho,wo,co] int32."
+        "Intermediates: pad uint8, acc[n,ho,wo,co] int32, wsum[co] int32."
     ),
     build=build_conv2d_nhwc_int8,
     reference=ref_conv2d_nhwc_int8,
