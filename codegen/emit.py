@@ -17,13 +17,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
 from llvmlite import ir as ll
 
 from codegen import mathfn
+from codegen.amx import AMX_DENIED, amx_granted_flag
 from codegen.emit_expr import (
     I8,
     I32,
@@ -35,12 +36,22 @@ from codegen.emit_expr import (
     VectorLane,
     memory_type,
 )
+from codegen.intrinsics import AMX_INTRINSICS, emit_intrinsic
 from codegen.vector import VectorPlan
 from ir import dtype as dt
 from ir.errors import IRError
 from ir.expr import Buffer, Const, Load, Var
 from ir.node import walk
-from ir.program import Allocate, BufferStore, For, IfThenElse, Program, SeqStmt, Stmt
+from ir.program import (
+    Allocate,
+    BufferStore,
+    For,
+    IfThenElse,
+    IntrinsicCall,
+    Program,
+    SeqStmt,
+    Stmt,
+)
 
 STACK_LIMIT_BYTES = 64 * 1024
 T = TypeVar("T")
@@ -129,6 +140,8 @@ class FunctionEmitter(ExpressionEmitter):
                         self.stmt(s.then_case)
                     with other:
                         self.stmt(s.else_case)
+        elif isinstance(s, IntrinsicCall):
+            emit_intrinsic(self, s, getattr(self.m, "features", None))
         elif isinstance(s, Allocate):
             if self._on_stack(s.buffer):
                 self.scope.buffers[s.buffer.name] = self.stack_buffer(s.buffer)
@@ -263,10 +276,20 @@ class FunctionEmitter(ExpressionEmitter):
 
 
 def emit_module(
-    program: Program, symbol: str, *, num_threads: int = 1, vector_bits: int = 256
+    program: Program,
+    symbol: str,
+    *,
+    num_threads: int = 1,
+    vector_bits: int = 256,
+    features: Iterable[str] | None = None,
 ) -> str:
-    """LLVM IR text of a lowered program, exporting `symbol`."""
+    """LLVM IR text of a lowered program, exporting `symbol`.
+
+    `features` (the target's) are checked against the tensor intrinsics the
+    program calls; None leaves that to LLVM.
+    """
     m = ModuleEmitter(symbol, num_threads=num_threads, vector_bits=vector_bits)
+    m.features = None if features is None else frozenset(x.lstrip("+") for x in features)  # type: ignore[attr-defined]
     _emit_kernel(m, program)
     return str(m.module)
 
@@ -283,6 +306,14 @@ def _emit_kernel(self: ModuleEmitter, program: Program) -> None:
         scope.buffers[buf.name] = arg
     f = FunctionEmitter(self, fn, scope, in_parallel=False)
     ll.IRBuilder(f.fail_block).ret(ll.Constant(I32, -1))
+    if any(isinstance(n, IntrinsicCall) and n.name in AMX_INTRINSICS for n in walk(program.body)):
+        # No tile instruction runs unless the OS granted AMX (codegen/amx.py).
+        granted = f.builder.load(amx_granted_flag(self.module), typ=I32)
+        denied = fn.append_basic_block("amx_denied")
+        ll.IRBuilder(denied).ret(ll.Constant(I32, AMX_DENIED))
+        go = fn.append_basic_block("amx_granted")
+        f.builder.cbranch(f.builder.icmp_signed("!=", granted, ll.Constant(I32, 0)), go, denied)
+        f.builder.position_at_end(go)
     scratch = []
     for buf in program.allocs:
         if f._on_stack(buf):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from codegen.amx import AMX_DENIED
 from codegen.emit import emit_module
 from codegen.host import host_target
 from codegen.jit import CompiledModule, compile_ir
@@ -83,6 +84,11 @@ class Kernel:
 
     def __call__(self, *arrays: np.ndarray) -> None:
         rc = self._fn(*self.check(arrays))
+        if rc == AMX_DENIED:
+            raise KernelRuntimeError(
+                f"kernel {self.symbol} uses AMX tiles, which the operating system did not permit "
+                "(arch_prctl ARCH_REQ_XCOMP_PERM refused)"
+            )
         if rc != 0:
             raise KernelRuntimeError(f"kernel {self.symbol} failed with code {rc} (out of memory?)")
 
@@ -111,7 +117,11 @@ def compile_program(
     symbol = symbol or program.name
     lowered = lower(program)
     text = emit_module(
-        lowered, symbol, num_threads=target.num_threads, vector_bits=target.vector_bits
+        lowered,
+        symbol,
+        num_threads=target.num_threads,
+        vector_bits=target.vector_bits,
+        features=target.features,
     )
     module = compile_ir(text, target, loop_vectorize=loop_vectorize)
     return Kernel(program, lowered, module, symbol)

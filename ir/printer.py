@@ -11,6 +11,7 @@ from ir.program import (
     BufferStore,
     For,
     IfThenElse,
+    IntrinsicCall,
     Program,
     SeqStmt,
     Stmt,
@@ -77,6 +78,11 @@ def _stmt(s: Stmt, depth: int, out: list[str]) -> None:
     elif isinstance(s, Allocate):
         out.append(f"{pad}{s.buffer.name} = alloc({buffer_decl(s.buffer)})")
         _stmt(s.body, depth, out)
+    elif isinstance(s, IntrinsicCall):
+        args = ", ".join(
+            f"{a.buffer.name}[{', '.join(render(i) for i in a.indices)}]" for a in s.args
+        )
+        out.append(f"{pad}{s.name}({args})")
     elif isinstance(s, BlockRealize):
         _block(s, depth, out)
     elif isinstance(s, Block):  # a bare block (only inside a realize in valid programs)

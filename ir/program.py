@@ -83,6 +83,32 @@ class Allocate(Stmt):
 
 
 @dataclass(frozen=True, slots=True, eq=True)
+class IntrinsicArg(Node):
+    """One operand of a tensor intrinsic: where it starts and how it is laid out.
+
+    `indices` name the operand's first element (n-d; one flat offset once
+    flattened); `steps[l]` is the index delta (one entry per buffer dimension,
+    a single flat stride once flattened) for one step of the intrinsic
+    description's l-th loop, whose extent is `extents[l]`. So the region an
+    operand touches, and its strides, survive compaction and flattening.
+    """
+
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    steps: tuple[tuple[int, ...], ...]
+    extents: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class IntrinsicCall(Stmt):
+    """A tensorized computation: the registered intrinsic `name` over `args` (its operands
+    in the description's order; the first is the accumulator, read and written)."""
+
+    name: str
+    args: tuple[IntrinsicArg, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=True)
 class Block(Stmt):
     name: str
     iter_vars: tuple[IterVar, ...]

@@ -22,7 +22,17 @@ from ir.arith import bound, build_linear, linear_form
 from ir.expr import Buffer, Const, Expr, Load, Var
 from ir.lower.simplify import simplify_expr
 from ir.node import Node, map_children
-from ir.program import Allocate, BufferStore, For, IfThenElse, Program, SeqStmt, Stmt
+from ir.program import (
+    Allocate,
+    BufferStore,
+    For,
+    IfThenElse,
+    IntrinsicArg,
+    IntrinsicCall,
+    Program,
+    SeqStmt,
+    Stmt,
+)
 
 Access = tuple[tuple[Expr, ...], list[For]]
 
@@ -55,6 +65,13 @@ def _accesses(stmt: Stmt, name: str) -> list[Access]:
                 visit(s.else_case, loops)
         elif isinstance(s, Allocate):
             visit(s.body, loops)
+        elif isinstance(s, IntrinsicCall):
+            for arg in s.args:
+                if arg.buffer.name == name:  # its first and its last element bound the region
+                    out.append((arg.indices, loops))
+                    out.append((_last_element(arg), loops))
+                for i in arg.indices:
+                    _exprs(i, loops)
         elif isinstance(s, BufferStore):
             if s.buffer.name == name:
                 out.append((s.indices, loops))
@@ -71,6 +88,13 @@ def _accesses(stmt: Stmt, name: str) -> list[Access]:
 
     visit(stmt, [])
     return out
+
+
+def _last_element(arg: IntrinsicArg) -> tuple[Expr, ...]:
+    return tuple(
+        simplify_expr(i + sum((e - 1) * st[d] for st, e in zip(arg.steps, arg.extents)))
+        for d, i in enumerate(arg.indices)
+    )
 
 
 def _compact_one(body: Stmt, buf: Buffer) -> Stmt | None:
@@ -175,6 +199,8 @@ def _rewrite(body: Stmt, anchor: Var, name: str, new_buf: Buffer, mins: list[Exp
             return Load(new_buf, shift(tuple(visit(i) for i in n.indices)))  # type: ignore[misc]
         if isinstance(n, BufferStore) and n.buffer.name == name:
             return BufferStore(new_buf, visit(n.value), shift(tuple(visit(i) for i in n.indices)))  # type: ignore[arg-type,misc]
+        if isinstance(n, IntrinsicArg) and n.buffer.name == name:
+            return replace(n, buffer=new_buf, indices=shift(tuple(visit(i) for i in n.indices)))  # type: ignore[misc]
         if isinstance(n, For) and n.var == anchor:
             return replace(n, body=Allocate(new_buf, visit(n.body)))  # type: ignore[arg-type]
         return map_children(n, visit)

@@ -138,5 +138,40 @@ class Schedule:
 
         return BlockRV(self._apply(layout.pack_panels, block_name(block), buffer, width))
 
+    # -- tensor intrinsics ----------------------------------------------------------
+
+    def blockize(self, loop: LoopRV | str) -> BlockRV:
+        """The loops at and below `loop` become one block (`blockize.blockize`); returns it."""
+        from ir.schedule.blockize import blockize
+
+        return BlockRV(self._apply(blockize, loop_name(loop)))
+
+    def pad_einsum(self, block: BlockRV | str, padding: Sequence[int]) -> None:
+        """Pad a sum-of-products block's axes to multiples of `padding` (`pad.pad_einsum`)."""
+        from ir.schedule.pad import pad_einsum
+
+        self._apply(pad_einsum, block_name(block), [int(p) for p in padding])
+
+    def tensorize(
+        self,
+        target: BlockRV | LoopRV | str,
+        intrinsic: str,
+        features: Sequence[str] | None = None,
+    ) -> BlockRV:
+        """Replace a blockized block's loops (or the loops at a loop) by `intrinsic`.
+
+        A plain string names a block. `features` (the target's) are checked when given.
+        Returns the tensorized block.
+        """
+        from ir.schedule.tensorize import tensorize
+
+        is_block = not isinstance(target, LoopRV)
+        name = target.name if isinstance(target, BlockRV | LoopRV) else target
+        return BlockRV(
+            self._apply(
+                lambda p: tensorize(p, name, intrinsic, is_block=is_block, features=features)
+            )
+        )
+
 
 __all__ = ["BlockRV", "LoopRV", "Schedule", "ScheduleError"]

@@ -57,22 +57,22 @@ def names_in(program: Program) -> set[str]:
     """
     used: set[str] = set()
     buffers = [*program.params, *program.allocs]
-    for s in _stmts(program.body):
-        if isinstance(s, For):
-            used.add(s.var.name)
-        elif isinstance(s, BlockRealize):
-            block = s.block
-            used.add(block.name)
-            used.update(iv.var.name for iv in block.iter_vars)
-            buffers.extend(block.alloc_buffers)
-            buffers.extend(r.buffer for r in (*block.reads, *block.writes))
-            for inner in _stmts(block.body):  # loops and scratch inside a block body
-                if isinstance(inner, For):
-                    used.add(inner.var.name)
-                elif isinstance(inner, Allocate):
-                    buffers.append(inner.buffer)
-        elif isinstance(s, Allocate):
-            buffers.append(s.buffer)
+    stack: list[Stmt] = [program.body]
+    while stack:  # the loop tree, and inside blocks (a blockized block holds loops and a block)
+        for s in _stmts(stack.pop()):
+            if isinstance(s, For):
+                used.add(s.var.name)
+            elif isinstance(s, BlockRealize):
+                block = s.block
+                used.add(block.name)
+                used.update(iv.var.name for iv in block.iter_vars)
+                buffers.extend(block.alloc_buffers)
+                buffers.extend(r.buffer for r in (*block.reads, *block.writes))
+                stack.append(block.body)
+                if block.init is not None:
+                    stack.append(block.init)
+            elif isinstance(s, Allocate):
+                buffers.append(s.buffer)
     for b in buffers:
         used.add(b.name)
         for n in (x for dim in b.shape for x in walk(dim)):

@@ -35,6 +35,9 @@ PRIMITIVES = (
     "rfactor",
     "transform_layout",
     "pack_panels",
+    "pad_einsum",
+    "blockize",
+    "tensorize",
 )
 SAMPLING = ("sample_perfect_tile", "sample_categorical", "sample_compute_location", "sample_loop")
 KINDS = PRIMITIVES + SAMPLING

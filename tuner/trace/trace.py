@@ -197,6 +197,8 @@ class Trace:
                 call = f"sch.rfactor({args[0]}, {attrs['factor_axis']!r})"
             elif k == "transform_layout":
                 call = f"sch.transform_layout({args[0]}, {attrs['buffer']!r}, {_py(attrs['index_map'])})"
+            elif k == "tensorize":
+                call = f"sch.tensorize({args[0]}, {attrs['intrinsic']!r})"
             elif k == "pack_panels":
                 call = f"sch.pack_panels({args[0]}, {attrs['buffer']!r}, {args[1]})"
             elif k == "sample_perfect_tile":

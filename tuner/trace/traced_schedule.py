@@ -313,6 +313,26 @@ class TracedSchedule:
             lambda: self.sch.pack_panels(block, buffer, int(width)),
         )
 
+    def pad_einsum(self, block: BlockRV, padding: Sequence[int]) -> None:
+        self._record(
+            "pad_einsum", (block, tuple(padding)), {}, lambda: self.sch.pad_einsum(block, padding)
+        )
+
+    def blockize(self, loop: LoopRV) -> BlockRef:
+        return self._record("blockize", (loop,), {}, lambda: self.sch.blockize(loop))
+
+    def tensorize(
+        self, target: BlockRV | LoopRV, intrinsic: str, features: Sequence[str] | None = None
+    ) -> BlockRef:
+        """`Schedule.tensorize`; `features` (the target's) are checked now and not recorded:
+        a replay elsewhere is checked by codegen, which knows the target it compiles for."""
+        return self._record(
+            "tensorize",
+            (target,),
+            {"intrinsic": intrinsic},
+            lambda: self.sch.tensorize(target, intrinsic, features),
+        )
+
     # -- sampling ------------------------------------------------------------------
 
     def _take(self, sig: Signature, decision: Any) -> tuple[Any, bool]:
@@ -528,6 +548,16 @@ def replay_instruction(
         out = sch.rfactor(_handle(args[0], k), attrs["factor_axis"])
     elif k == "transform_layout":
         out = sch.transform_layout(_handle(args[0], k), attrs["buffer"], attrs["index_map"])
+    elif k == "pad_einsum":
+        if not isinstance(args[1], list) or not all(type(p) is int for p in args[1]):
+            raise TraceError(f"pad_einsum: padding {args[1]!r} is not a list of integers")
+        out = sch.pad_einsum(_handle(args[0], k), args[1])
+    elif k == "blockize":
+        out = sch.blockize(_handle(args[0], k))
+    elif k == "tensorize":
+        if not isinstance(attrs.get("intrinsic"), str):
+            raise TraceError("tensorize: the intrinsic's name is missing")
+        out = sch.tensorize(_handle(args[0], k), attrs["intrinsic"])
     elif k == "pack_panels":
         if isinstance(args[1], bool) or not isinstance(args[1], int):
             raise TraceError(f"pack_panels: panel width {args[1]!r} is not an integer")

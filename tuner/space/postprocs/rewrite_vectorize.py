@@ -12,6 +12,7 @@ could change the result, so this never breaks a kernel.
 from __future__ import annotations
 
 from ir.expr import Const
+from ir.program import IntrinsicCall
 from ir.schedule.state import all_blocks, blocks_under, loops_above
 from tuner.space.analysis import is_legal, loop_role, nest_annotation
 from tuner.space.context import SpaceContext
@@ -26,8 +27,8 @@ class RewriteVectorize(Postproc):
         for r in all_blocks(sch.program):
             name = r.block.name
             width = nest_annotation(sch.program, name, VECTORIZE)
-            if not isinstance(width, int) or width <= 0:
-                continue
+            if not isinstance(width, int) or width <= 0 or isinstance(r.block.body, IntrinsicCall):
+                continue  # a tensorized block's instruction is its vector code
             loops = loops_above(sch.program, name)
             if not loops:
                 continue

@@ -7,12 +7,14 @@ from tuner.space.rules import (  # noqa: F401  (importing registers the built-in
     parallel_vectorize_unroll,
     random_compute_location,
     reduction_chain,
+    tensorize_tiling,
 )
 from tuner.space.rules.base import PARALLEL, RULES, UNROLL, VECTORIZE, ScheduleRule
 
 DEFAULT_RULES = (
     "auto-inline",
     "add-rfactor",
+    "multi-level-tiling-intrin",
     "multi-level-tiling",
     "reduction-chain",
     "random-compute-location",

@@ -1,0 +1,183 @@
+"""Implementations of the tensor intrinsics (`ir.intrinsics`): the LLVM code of each.
+
+An implementation gets the emitter and the call's operands — a pointer to each
+operand's first element and its element strides, one per loop of the
+intrinsic's description — in the description's order (accumulator first). It
+is registered under the intrinsic's name, so users add instructions the way
+they add schedule rules:
+
+    @register_implementation("my_dot")
+    def _my_dot(f: FunctionEmitter, ops: Sequence[Operand]) -> None: ...
+
+LLVM does not choose these instructions by itself (a vectorised u8 x s8 dot
+product becomes ~46 `vpmaddwd`-based instructions, not one `vpdpbusd`), hence
+explicit intrinsics. AMX tiles are `x86_amx` values of LLVM's `.internal`
+intrinsics, for which LLVM writes the tile configuration (`ldtilecfg`) itself;
+a module using them also asks Linux for permission to use the tile data
+(`codegen.amx`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from llvmlite import ir as ll
+
+from codegen.emit_expr import I8, I32, I64, PTR, ExpressionEmitter
+from ir.errors import IRError
+from ir.intrinsics import get_intrinsic
+from ir.program import IntrinsicCall
+
+FunctionEmitter = ExpressionEmitter
+"""What implementations emit into (`codegen.emit.FunctionEmitter`, which extends it)."""
+
+I16 = ll.IntType(16)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An operand's first element and its element strides per description loop."""
+
+    ptr: ll.Value
+    strides: tuple[int, ...]
+    name: str
+
+
+Implementation = Callable[[FunctionEmitter, Sequence[Operand]], None]
+IMPLEMENTATIONS: dict[str, Implementation] = {}
+AMX_INTRINSICS: set[str] = set()
+"""Intrinsics whose code touches AMX tiles: their modules request tile permission."""
+
+
+class IntrinsicFeatureError(IRError):
+    """The target lacks a feature the intrinsic's instruction needs."""
+
+
+def register_implementation(
+    name: str, *, amx: bool = False
+) -> Callable[[Implementation], Implementation]:
+    def decorate(fn: Implementation) -> Implementation:
+        known = IMPLEMENTATIONS.get(name)
+        if known is not None and known is not fn:
+            raise IRError(f"an implementation of intrinsic {name!r} is already registered")
+        IMPLEMENTATIONS[name] = fn
+        if amx:
+            AMX_INTRINSICS.add(name)
+        return fn
+
+    return decorate
+
+
+def emit_intrinsic(
+    f: FunctionEmitter, call: IntrinsicCall, features: frozenset[str] | None
+) -> None:
+    """Emit `call` into `f`; `features` (the target's, if known) must include the intrinsic's."""
+    impl = IMPLEMENTATIONS.get(call.name)
+    if impl is None:
+        raise IRError(
+            f"codegen: no implementation of tensor intrinsic {call.name!r} "
+            "(register one with codegen.intrinsics.register_implementation)"
+        )
+    if features is not None:
+        missing = get_intrinsic(call.name).missing_features(features)
+        if missing:
+            raise IntrinsicFeatureError(
+                f"intrinsic {call.name} needs the target feature(s) {', '.join(missing)}, "
+                "which the target lacks; tune for this target again"
+            )
+    if f.vec is not None:
+        raise IRError(f"codegen: intrinsic {call.name} inside a vectorized loop")
+    ops = [
+        Operand(
+            f.gep(a.buffer, f.expr(a.indices[0])),
+            tuple(int(s[0]) for s in a.steps),
+            a.buffer.name,
+        )
+        for a in call.args
+    ]
+    impl(f, ops)
+
+
+def _expect(name: str, op: Operand, strides: Sequence[int | None]) -> None:
+    """Strides an implementation relies on (None: any); tensorize checked them already."""
+    if len(op.strides) != len(strides) or any(
+        w is not None and w != s for s, w in zip(op.strides, strides)
+    ):
+        raise IRError(
+            f"codegen: intrinsic {name} operand {op.name} has strides {op.strides}, needs {tuple(strides)}"
+        )
+
+
+# ---------------------------------------------------------------------------
+# AVX-512 VNNI
+
+
+@register_implementation("vnni")
+def _vnni(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
+    """C[16] (s32) += 4 u8 of A (broadcast to every lane) . B[16][4] (s8): one vpdpbusd."""
+    c_op, a_op, b_op = ops
+    _expect("vnni", c_op, (1, 0))
+    _expect("vnni", a_op, (0, 1))
+    _expect("vnni", b_op, (4, 1))
+    b = f.builder
+    v16 = ll.VectorType(I32, 16)
+    v64 = ll.VectorType(I8, 64)
+    acc = b.load(c_op.ptr, typ=v16, align=4)
+    word = b.load(a_op.ptr, typ=I32, align=1)
+    lane0 = b.insert_element(ll.Constant(v16, ll.Undefined), word, ll.Constant(I32, 0))
+    a = b.shuffle_vector(lane0, ll.Constant(v16, ll.Undefined), ll.Constant(v16, [0] * 16))
+    w = b.load(b_op.ptr, typ=v64, align=1)
+    fn = f.m.declare("llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
+    out = b.call(fn, [acc, b.bitcast(a, v64), w])
+    b.store(out, c_op.ptr, align=4)
+
+
+# ---------------------------------------------------------------------------
+# AMX
+
+
+class _AMXType(ll.Type):
+    """LLVM's `x86_amx`: a tile register value (llvmlite has no such type)."""
+
+    def _to_string(self) -> str:
+        return "x86_amx"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _AMXType)
+
+    def __hash__(self) -> int:
+        return hash("x86_amx")
+
+
+AMX = _AMXType()
+
+
+def _amx_tile_product(f: FunctionEmitter, ops: Sequence[Operand], instr: str, size: int) -> None:
+    """C (16 x 16 x 4 bytes) += A (16 rows x 64 bytes) . B (16 rows x 64 bytes, VNNI layout),
+    each tile loaded with its row stride in bytes; `size` is the element size of A and B."""
+    c_op, a_op, b_op = ops
+    pack = 4 // size
+    _expect(instr, c_op, (None, 1, 0, 0))
+    _expect(instr, a_op, (None, 0, pack, 1))
+    _expect(instr, b_op, (0, pack, None, 1))
+    b = f.builder
+    m = f.m
+    load = m.declare("llvm.x86.tileloadd64.internal", AMX, [I16, I16, PTR, I64])
+    store = m.declare("llvm.x86.tilestored64.internal", ll.VoidType(), [I16, I16, PTR, I64, AMX])
+    dot = m.declare(f"llvm.x86.{instr}.internal", AMX, [I16, I16, I16, AMX, AMX, AMX])
+    rows, colsb = ll.Constant(I16, 16), ll.Constant(I16, 64)
+
+    def stride(bytes_: int) -> ll.Constant:
+        return ll.Constant(I64, bytes_)
+
+    c = b.call(load, [rows, colsb, c_op.ptr, stride(c_op.strides[0] * 4)])
+    a = b.call(load, [rows, colsb, a_op.ptr, stride(a_op.strides[0] * size)])
+    w = b.call(load, [rows, colsb, b_op.ptr, stride(b_op.strides[2] * size)])
+    out = b.call(dot, [rows, colsb, colsb, c, a, w])
+    b.call(store, [rows, colsb, c_op.ptr, stride(c_op.strides[0] * 4), out])
+
+
+@register_implementation("amx_int8", amx=True)
+def _amx_int8(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
+    _amx_tile_product(f, ops, "tdpbusd", 1)

@@ -1,0 +1,160 @@
+"""Tensor intrinsics: what an instruction computes, described in the DSL, by name.
+
+A tensor intrinsic (TensorIR's term) is a pair: a *description* — a small
+compute whose loop nest, dtypes and operand layouts `tensorize` matches
+against a scheduled block — and an *implementation*, the LLVM code that runs
+it (`codegen.intrinsics`, keyed by the same name), plus the target features
+the instruction needs. The description's operands are its output (the
+accumulator: read and written) and then its inputs, in the workload's order;
+its loops are the reference's loops in build order (spatial, then reduction).
+
+Layouts: an operand's description shape is row-major, and a candidate must
+access it with the same element strides — except the row stride of the
+operands in `free_rows` (AMX tiles: any row stride, passed to the
+instruction), which may be anything at least as wide as a row. `packs` gives,
+for an operand a workload reads as a plain [K, N] matrix, the index map
+(`transform_layout`) into the layout the instruction wants.
+
+    register_intrinsic(TensorIntrinsic("my_dot", build_my_dot, features=("avx512vnni",)))
+
+then `sch.tensorize(block, "my_dot")` and an implementation registered under
+"my_dot" in `codegen.intrinsics`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ir import compute as te
+from ir.build import build_program
+from ir.compute import Workload
+from ir.errors import LoomtuneError
+from ir.expr import cast
+from ir.node import walk
+from ir.program import BlockRealize, For, Program
+
+
+class IntrinsicError(LoomtuneError):
+    """An unknown intrinsic name, or one registered twice."""
+
+
+@dataclass(frozen=True)
+class TensorIntrinsic:
+    """A registered tensor instruction: its description and the features it needs."""
+
+    name: str
+    build: Callable[[], Workload]
+    features: tuple[str, ...]
+    free_rows: frozenset[str] = frozenset()
+    packs: tuple[tuple[str, Callable[..., tuple]], ...] = ()
+    doc: str = ""
+    _program: list[Program] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def program(self) -> Program:
+        """The description as a naive loop nest (built once)."""
+        if not self._program:
+            self._program.append(build_program(self.build()))
+        return self._program[0]
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        """The description's loop extents, outermost first (it is one naive nest)."""
+        return tuple(int(n.extent.value) for n in walk(self.program.body) if isinstance(n, For))  # type: ignore[attr-defined]
+
+    @property
+    def ops_per_call(self) -> int:
+        """Multiply-adds times two: the operations one call performs."""
+        return 2 * math.prod(self.extents)
+
+    def missing_features(self, features: tuple[str, ...] | frozenset[str]) -> list[str]:
+        """The required features `features` (names without '+') lacks."""
+        have = {f.lstrip("+") for f in features}
+        return [f for f in self.features if f not in have]
+
+
+def _only_block(program: Program) -> str:
+    blocks = [n for n in walk(program.body) if isinstance(n, BlockRealize)]
+    if len(blocks) != 1:
+        raise IntrinsicError(f"intrinsic description {program.name} must be one compute")
+    return blocks[0].block.name
+
+
+INTRINSICS: dict[str, TensorIntrinsic] = {}
+
+
+def register_intrinsic(intrinsic: TensorIntrinsic) -> TensorIntrinsic:
+    known = INTRINSICS.get(intrinsic.name)
+    if known is not None and known is not intrinsic:
+        raise IntrinsicError(f"tensor intrinsic {intrinsic.name!r} is already registered")
+    _only_block(intrinsic.program)  # a description that does not build fails here, not later
+    INTRINSICS[intrinsic.name] = intrinsic
+    return intrinsic
+
+
+def get_intrinsic(name: str) -> TensorIntrinsic:
+    try:
+        return INTRINSICS[name]
+    except KeyError:
+        raise IntrinsicError(
+            f"unknown tensor intrinsic {name!r}; known: {', '.join(INTRINSICS)}"
+        ) from None
+
+
+# ---------------------------------------------------------------------------
+# The built-in intrinsics
+
+
+def _vnni() -> Workload:
+    """vpdpbusd: 16 int32 lanes, each += the dot product of 4 u8 (broadcast) and 4 s8."""
+    A = te.placeholder((4,), "uint8", "A")
+    B = te.placeholder((16, 4), "int8", "B")
+    k = te.reduce_axis(4, "k")
+    C = te.compute(
+        (16,), lambda j: te.sum(cast("int32", A[k]) * cast("int32", B[j, k]), axis=k), "C"
+    )
+    return Workload("vnni", (A, B), (C,))
+
+
+def _amx(dtype_a: str, dtype_b: str, acc: str, pack: int) -> Callable[[], Workload]:
+    """An AMX tile product: C[16,16] += A[16, 16·pack] · B, B in the VNNI layout
+    B[k // pack, n·pack + k % pack] (16 rows of 64 bytes), as tdpbusd/tdpbf16ps want."""
+
+    def build() -> Workload:
+        A = te.placeholder((16, 16 * pack), dtype_a, "A")
+        B = te.placeholder((16, 16 * pack), dtype_b, "B")
+        ko = te.reduce_axis(16, "ko")
+        ki = te.reduce_axis(pack, "ki")
+        C = te.compute(
+            (16, 16),
+            lambda i, j: te.sum(
+                cast(acc, A[i, ko * pack + ki]) * cast(acc, B[ko, j * pack + ki]), axis=[ko, ki]
+            ),
+            "C",
+        )
+        return Workload(f"amx_{dtype_a}", (A, B), (C,))
+
+    return build
+
+
+VNNI = register_intrinsic(
+    TensorIntrinsic(
+        "vnni",
+        _vnni,
+        features=("avx512vnni",),
+        packs=(("B", lambda k, n: (n // 16, k // 4, n % 16, k % 4)),),
+        doc="AVX-512 VNNI vpdpbusd: u8 x s8 -> s32, 16 lanes x 4; B packed [N/16][K/4][16][4]",
+    )
+)
+AMX_INT8 = register_intrinsic(
+    TensorIntrinsic(
+        "amx_int8",
+        _amx("uint8", "int8", "int32", 4),
+        features=("amx-tile", "amx-int8"),
+        free_rows=frozenset({"A", "B", "C"}),
+        packs=(("B", lambda k, n: (k // 64, n // 16, k // 4 % 16, n % 16 * 4 + k % 4)),),
+        doc="AMX tdpbusd: a 16x16 int32 tile += 16x64 u8 . 64x16 s8 (B in VNNI layout)",
+    )
+)

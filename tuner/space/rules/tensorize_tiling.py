@@ -1,0 +1,282 @@
+"""Multi-level tiling around a tensor intrinsic (MetaSchedule's MultiLevelTilingWithIntrin).
+
+For a reduction block whose computation is an intrinsic's (matmul_int8's
+u8 x s8 -> s32 is `vnni`'s and `amx_int8`'s), on a target with the
+instruction, the best intrinsic the target has (AMX, else VNNI) becomes the
+innermost tile and the search tiles around it:
+
+    i0 j0 | i1 j1 | k0 | i2 j2 | k1 | i3 j3 | [j4 (16) k2 (4)]   vnni on matmul
+
+- the loops the description maps onto (its spatial loops onto the block's last
+  spatial loops, its reduction loops onto the last reduction loop) are split
+  off at the description's extents; what is left is tiled SSRSRS with sampled
+  tiles (covering ones on spatial loops: an imperfect outer tile is guarded
+  outside the intrinsic), the register tile S3 at most `max_accumulators`
+  intrinsic outputs, unrolled;
+- the operand the instruction wants in another layout (vnni's B as
+  [N/16][K/4][16][4]) is packed by `transform_layout`, inside the kernel;
+- a local accumulator (`cache_write`), element-wise consumers folded into its
+  write-back, written back at a sampled level (as multi-level-tiling);
+- the intrinsic's loops are blockized and tensorized (the block keeps the
+  reduction's init, over the intrinsic's spatial loops, which the
+  `decompose-reduction` postprocessor then moves out of the reduction loops).
+
+Where no intrinsic fits — another computation, a target without the
+instruction, extents that are not multiples of the intrinsic's — the rule
+leaves the block alone and plain multi-level tiling (the next rule) tiles it
+with vectors: the fallback.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ir.intrinsics import INTRINSICS, TensorIntrinsic
+from ir.program import Program
+from ir.schedule import LoopRV, Schedule, ScheduleError
+from ir.schedule.analysis import writers
+from ir.schedule.state import all_blocks, find_block, find_loop, loops_above
+from ir.schedule.tensorize import operand_buffers
+from tuner.space.analysis import is_legal, loop_role
+from tuner.space.context import SpaceContext
+from tuner.space.rules.base import RULES, ScheduleRule
+from tuner.space.rules.multi_level_tiling import MultiLevelTiling
+from tuner.trace.sampling import sample_cover_tile, sample_perfect_tile
+from tuner.trace.traced_schedule import IntRV, LoopRef, TracedSchedule
+
+PREFERENCE = ("amx_int8", "vnni")
+"""Intrinsics in the order the rule tries them: the widest first."""
+
+_DRAWS = 64
+
+
+@RULES.register("multi-level-tiling-intrin")
+class MultiLevelTilingIntrin(ScheduleRule):
+    def __init__(
+        self,
+        *,
+        intrinsics: Sequence[str] = PREFERENCE,
+        max_innermost_factor: int = 16,
+        max_reduce_factor: int = 64,
+        max_accumulators: int = 24,
+        min_accumulators: int = 8,
+        write_levels: Sequence[int] = (1, 2),
+    ) -> None:
+        self.intrinsics = tuple(intrinsics)
+        self.max_innermost_factor = max_innermost_factor
+        self.max_reduce_factor = max_reduce_factor
+        self.max_accumulators = max_accumulators
+        self.min_accumulators = min_accumulators
+        self.write_levels = tuple(write_levels)
+        self._chosen: dict[tuple[int, str], TensorIntrinsic | None] = {}
+
+    def choose(self, program: Program, block: str, ctx: SpaceContext) -> TensorIntrinsic | None:
+        """The first intrinsic (in preference order) the target has and the block fits
+        (remembered for the space's naive program: every sample starts from it)."""
+        key = (id(ctx), block)
+        if program is ctx.program and key in self._chosen:
+            return self._chosen[key]
+        chosen = self._choose(program, block, ctx)
+        if program is ctx.program:
+            self._chosen[key] = chosen
+        return chosen
+
+    def _choose(self, program: Program, block: str, ctx: SpaceContext) -> TensorIntrinsic | None:
+        if not MultiLevelTiling.applies(program, block):
+            return None
+        for name in self.intrinsics:
+            intrin = INTRINSICS.get(name)
+            if intrin is None or intrin.missing_features(ctx.target.features):
+                continue
+            if self._fits(program, block, intrin, ctx):
+                return intrin
+        return None
+
+    def _fits(
+        self, program: Program, block: str, intrin: TensorIntrinsic, ctx: SpaceContext
+    ) -> bool:
+        """Whether the skeleton (intrinsic loops split off, operands packed) tensorizes."""
+        if operand_buffers(program, block, intrin.name) is None:
+            return False
+        sch = Schedule(program)
+        try:
+            inner = _skeleton(sch, block, intrin)
+            if inner is None:
+                return False
+            sch.tensorize(inner, intrin.name, features=ctx.target.features)
+        except ScheduleError:
+            return False
+        return True
+
+    def apply(self, sch: TracedSchedule, block: str | None, ctx: SpaceContext) -> None:
+        assert block is not None
+        intrin = self.choose(sch.program, block, ctx)
+        if intrin is None:
+            return
+        r = find_block(sch.program, block)
+        roles = [loop_role(r, lp) for lp in loops_above(sch.program, block)]
+        plan = _plan(roles, intrin)
+        assert plan is not None  # `_fits` made the same plan
+        b = sch.get_block(block)
+        padding = _padding(sch.program, block, plan)
+        if padding is not None:
+            sch.pad_einsum(b, padding)
+        loops = sch.get_loops(b)
+        # 1. the intrinsic's loops split off each mapped loop, innermost
+        outer: list[LoopRef] = []
+        intrin_loops: list[list[LoopRef]] = []
+        for lp, tail in zip(loops, plan):
+            if tail:
+                parts = sch.split(lp, [None, *tail])
+                outer.append(parts[0])
+                intrin_loops.append(parts[1:])
+            else:
+                outer.append(lp)
+                intrin_loops.append([])
+        # 2. the operands packed into the instruction's layout
+        _pack(sch, block, intrin)
+        # 3. SSRSRS over what is left, then the intrinsic's loops in the description's order
+        tiles = self._tiles(sch, outer, roles, [bool(t) for t in plan])
+        parts = [sch.split(lp, f) for lp, f in zip(outer, tiles)]
+        levels = {"S": 0, "R": 0}
+        groups: list[tuple[str, list[LoopRef]]] = []
+        for ch in "SSRSRS":
+            level = levels[ch]
+            levels[ch] += 1
+            picked = [
+                p[level] for p, role in zip(parts, roles) if (role == "spatial") == (ch == "S")
+            ]
+            groups.append((ch, picked))
+        order = [lp for _, g in groups for lp in g]
+        sch.reorder(*order, *_description_order(intrin_loops, roles, intrin))
+        for lp in groups[-1][1]:  # the register tile: unrolled, so accumulators stay in registers
+            sch.unroll(lp)
+        # 4. the accumulator and its write-back, as multi-level-tiling
+        output = find_block(sch.program, block).block.writes[0].buffer.name
+        writeback = sch.cache_write(b, 0, "local")
+        MultiLevelTiling._fold_consumers(sch, output)
+        choices = [groups[lv - 1][1][-1] for lv in self.write_levels if groups[lv - 1][1]]
+        at = (
+            choices[0]
+            if len(choices) == 1
+            else sch.sample_loop(choices, [1 / len(choices)] * len(choices))
+        )
+        sch.reverse_compute_at(writeback, at)
+        # 5. the intrinsic's loops as one block, replaced by the instruction
+        # (`decompose-reduction` later moves the block's init out of its reduction loops)
+        first = _description_order(intrin_loops, roles, intrin)[0]
+        sch.tensorize(sch.blockize(first), intrin.name, features=ctx.target.features)
+
+    def _tiles(
+        self, sch: TracedSchedule, loops: list[LoopRef], roles: list[str], mapped: list[bool]
+    ) -> list[list[IntRV]]:
+        """Sampled tiles (4 spatial levels, 2 reduction levels), the register tile (S3)
+        between `min_accumulators` and `max_accumulators` intrinsic outputs where the
+        shape allows (redrawn up to `_DRAWS` times; recorded as ordinary decisions).
+
+        Spatial loops the intrinsic does not split get covering tiles (a guard on the
+        block's own axis); the outer parts of split ones perfect tiles, whose guard
+        `reverse_compute_at` could not read as a bound of the block's domain."""
+        cover = [role == "spatial" and not m for role, m in zip(roles, mapped)]
+        extents = [int(find_loop(sch.program, lp.name).extent.value) for lp in loops]  # type: ignore[attr-defined]
+        shapes = [
+            (e, 4, self.max_innermost_factor)
+            if role == "spatial"
+            else (e, 2, self.max_reduce_factor)
+            for e, role in zip(extents, roles)
+        ]
+        drawn: list[list[int] | None] = [None] * len(loops)
+        if sch.rng is not None:
+            fallback = None
+            for _ in range(_DRAWS):
+                draw = [
+                    (sample_cover_tile if c else sample_perfect_tile)(sch.rng, *shape)
+                    for shape, c in zip(shapes, cover)
+                ]
+                acc = math.prod(t[-1] for t, role in zip(draw, roles) if role == "spatial")
+                if acc <= self.max_accumulators:
+                    fallback = fallback or draw
+                    if acc >= self.min_accumulators:
+                        fallback = draw
+                        break
+            drawn = list(fallback) if fallback else drawn  # type: ignore[arg-type]
+        return [
+            sch.sample_perfect_tile(lp, n=n, max_innermost_factor=bound, decision=d, cover=c)
+            for lp, (_, n, bound), d, c in zip(loops, shapes, drawn, cover)
+        ]
+
+
+def _plan(roles: list[str], intrin: TensorIntrinsic) -> list[list[int]] | None:
+    """Per block loop, the description's extents split off it: its spatial loops onto the
+    block's last spatial loops (in order), its reduction loops onto the last reduction loop."""
+    d_prog = intrin.program
+    d_r = all_blocks(d_prog)[0]
+    d_loops = loops_above(d_prog, d_r.block.name)
+    d_roles = [loop_role(d_r, lp) for lp in d_loops]
+    spatial = [int(lp.extent.value) for lp, x in zip(d_loops, d_roles) if x == "spatial"]  # type: ignore[attr-defined]
+    reduce = [int(lp.extent.value) for lp, x in zip(d_loops, d_roles) if x == "reduce"]  # type: ignore[attr-defined]
+    s_pos = [k for k, x in enumerate(roles) if x == "spatial"]
+    r_pos = [k for k, x in enumerate(roles) if x == "reduce"]
+    if len(s_pos) < len(spatial) or (reduce and not r_pos) or (r_pos and not reduce):
+        return None
+    plan: list[list[int]] = [[] for _ in roles]
+    for k, e in zip(s_pos[len(s_pos) - len(spatial) :], spatial):
+        plan[k] = [e]
+    if reduce:
+        plan[r_pos[-1]] = reduce
+    return plan
+
+
+def _description_order(
+    intrin_loops: list[list[LoopRef]], roles: list[str], intrin: TensorIntrinsic
+) -> list[LoopRef]:
+    """The split-off loops in the description's loop order: spatial ones, then reduction ones."""
+    spatial = [lp for ls, role in zip(intrin_loops, roles) if role == "spatial" for lp in ls]
+    reduce = [lp for ls, role in zip(intrin_loops, roles) if role == "reduce" for lp in ls]
+    return spatial + reduce
+
+
+def _skeleton(sch: Schedule, block: str, intrin: TensorIntrinsic) -> LoopRV | None:
+    """The intrinsic's loops split off, innermost, operands packed: the first of them, or None."""
+    r = find_block(sch.program, block)
+    roles = [loop_role(r, lp) for lp in loops_above(sch.program, block)]
+    plan = _plan(roles, intrin)
+    if plan is None:
+        return None
+    padding = _padding(sch.program, block, plan)
+    if padding is not None:
+        sch.pad_einsum(block, padding)
+    loops = sch.get_loops(block)
+    outer, inner = [], []
+    for lp, tail in zip(loops, plan):
+        if tail:
+            parts = sch.split(lp, [None, *tail])
+            outer.append(parts[0])
+            inner.append(parts[1:])
+        else:
+            outer.append(lp)
+            inner.append([])
+    _pack(sch, block, intrin)
+    ordered = _description_order(inner, roles, intrin)  # type: ignore[arg-type]
+    sch.reorder(*outer, *ordered)
+    return ordered[0]
+
+
+def _padding(program: Program, block: str, plan: list[list[int]]) -> list[int] | None:
+    """Factors padding each loop to whole intrinsic tiles, or None when the shape has them."""
+    factors = [math.prod(tail) for tail in plan]
+    extents = [int(lp.extent.value) for lp in loops_above(program, block)]  # type: ignore[attr-defined]
+    return factors if any(e % f for e, f in zip(extents, factors)) else None
+
+
+def _pack(sch: Schedule | TracedSchedule, block: str, intrin: TensorIntrinsic) -> None:
+    """The operands the instruction wants in another layout, packed; a zero-padded copy
+    (`pad_einsum`) is folded into the packing, so the weight is copied once."""
+    buffers = operand_buffers(sch.program, block, intrin.name) or {}
+    for operand, index_map in intrin.packs:
+        source = buffers[operand]
+        sch.transform_layout(sch.get_block(block), source, index_map)
+        padded = writers(sch.program, source)
+        if padded and is_legal(sch.program, lambda s, n=source: s.compute_inline(n)):
+            sch.compute_inline(sch.get_block(padded[0].block.name))
