@@ -29,7 +29,7 @@ forms are equal; the numpy reference computes the first.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 
 import numpy as np
@@ -63,7 +63,10 @@ from ir.library.spec import OpDef, Param
 BF16 = "bfloat16"
 
 
-def _widened(reference):  # type: ignore[no-untyped-def]
+Reference = Callable[..., tuple[np.ndarray, ...]]
+
+
+def _widened(reference: Reference) -> Reference:
     """A float32 reference run on the bf16 inputs widened to float32 (exact)."""
 
     def ref(params: Mapping[str, int], *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -72,7 +75,8 @@ def _widened(reference):  # type: ignore[no-untyped-def]
     return ref
 
 
-def _same(op: str):  # type: ignore[no-untyped-def]
+def _same(op: str) -> Callable[[Mapping[str, int]], tuple[str, dict[str, int]]]:
+    """The float32 operator `op` with the same parameters."""
     return lambda p: (op, dict(p))
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from codegen.kernel import compile_program
 from ir.errors import WorkloadError
+from ir.expr import render
 from ir.library import OPS, instantiate
 from ir.task import library_task
 from workers.verify import empty_outputs, verify
@@ -140,3 +141,18 @@ def test_float_operators_have_no_twin() -> None:
 def test_zero_points_are_bytes(value: str) -> None:
     with pytest.raises(WorkloadError, match="x_zero_point"):
         instantiate("dense_int8", {"x_zero_point": value})
+
+
+@pytest.mark.parametrize("op", ["dense_int8", "conv2d_nhwc_int8"])
+def test_the_product_is_plain_u8_by_s8_whatever_the_zero_point(op: str) -> None:
+    """acc is matmul_int8's computation (what the int8 tensor intrinsics match), and the block
+    names do not depend on the zero points, so a trace replays across them."""
+    names = []
+    for zp in (0, 77):
+        _, _, wl = instantiate(op, {"x_zero_point": zp, "y_zero_point": zp})
+        acc = next(t for t in wl.computes() if t.name == "acc")
+        assert acc.op is not None
+        assert render(acc.op.body.source).startswith("int32(")
+        assert "-" not in render(acc.op.body.source)
+        names.append([t.name for t in wl.computes()])
+    assert names[0] == names[1] and {"acc", "wsum", "Y"} <= set(names[0])
