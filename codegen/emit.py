@@ -296,9 +296,10 @@ def emit_module(
 
 def _emit_kernel(self: ModuleEmitter, program: Program) -> None:
     """The exported kernel function of `program` in module `self`."""
-    fn = ll.Function(
-        self.module, ll.FunctionType(I32, [PTR] * len(program.params)), name=self.symbol
-    )
+    fn_ty = ll.FunctionType(I32, [PTR] * len(program.params))
+    amx = any(isinstance(n, IntrinsicCall) and n.name in AMX_INTRINSICS for n in walk(program.body))
+    name = self.fresh_function_name("tiles") if amx else self.symbol
+    fn = ll.Function(self.module, fn_ty, name=name)
     scope = Scope()
     for arg, buf in zip(fn.args, program.params):
         arg.name = buf.name
@@ -306,14 +307,6 @@ def _emit_kernel(self: ModuleEmitter, program: Program) -> None:
         scope.buffers[buf.name] = arg
     f = FunctionEmitter(self, fn, scope, in_parallel=False)
     ll.IRBuilder(f.fail_block).ret(ll.Constant(I32, -1))
-    if any(isinstance(n, IntrinsicCall) and n.name in AMX_INTRINSICS for n in walk(program.body)):
-        # No tile instruction runs unless the OS granted AMX (codegen/amx.py).
-        granted = f.builder.load(amx_granted_flag(self.module), typ=I32)
-        denied = fn.append_basic_block("amx_denied")
-        ll.IRBuilder(denied).ret(ll.Constant(I32, AMX_DENIED))
-        go = fn.append_basic_block("amx_granted")
-        f.builder.cbranch(f.builder.icmp_signed("!=", granted, ll.Constant(I32, 0)), go, denied)
-        f.builder.position_at_end(go)
     scratch = []
     for buf in program.allocs:
         if f._on_stack(buf):
@@ -325,6 +318,28 @@ def _emit_kernel(self: ModuleEmitter, program: Program) -> None:
         f.free(ptr)
     f.builder.ret(ll.Constant(I32, 0))
     f.finish_entry()
+    if amx:
+        _amx_guard(self, fn, fn_ty)
+
+
+def _amx_guard(self: ModuleEmitter, body: ll.Function, fn_ty: ll.FunctionType) -> None:
+    """The exported kernel runs the tile code (`body`, kept out of line: LLVM configures the
+    tiles at its entry) only when the OS granted AMX (codegen/amx.py), else returns AMX_DENIED."""
+    body.linkage = "internal"
+    body.attributes.add("noinline")
+    kernel = ll.Function(self.module, fn_ty, name=self.symbol)
+    for arg, inner in zip(kernel.args, body.args):
+        arg.name = inner.name
+        arg.add_attribute("noalias")
+    b = ll.IRBuilder(kernel.append_basic_block("entry"))
+    granted = b.load(amx_granted_flag(self.module), typ=I32)
+    go = kernel.append_basic_block("granted")
+    denied = kernel.append_basic_block("denied")
+    b.cbranch(b.icmp_signed("!=", granted, ll.Constant(I32, 0)), go, denied)
+    b.position_at_end(go)
+    b.ret(b.call(body, list(kernel.args)))
+    b.position_at_end(denied)
+    b.ret(ll.Constant(I32, AMX_DENIED))
 
 
 # ---------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict, fields
 from typing import Any, TextIO
 
+from codegen.amx import request_amx_permission
 from codegen.host import parse_target
 from ir.errors import LoomtuneError
 from ir.library import max_bytes
@@ -135,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     if cores:
         os.sched_setaffinity(0, cores)
     measurer = Measurer(worker=args.worker or f"local:{os.getpid()}")
+    # Once, before any kernel: AMX tiles (a no-op where the CPU has none; kernels ask too).
+    request_amx_permission()
     limit = limit_address_space(max_bytes())
     # A crashing candidate must die at once, not spend seconds writing a core file.
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))

@@ -1,0 +1,107 @@
+"""Tensor intrinsics in machine code: vpdpbusd, AMX tiles (compiled anywhere, run where the
+CPU has them), the AMX permission guard, and refusals for targets without the feature."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.amx import request_amx_permission
+from codegen.emit import emit_module
+from codegen.host import host_target
+from codegen.intrinsics import IntrinsicFeatureError
+from codegen.jit import compile_object
+from codegen.kernel import KernelRuntimeError, compile_program
+from ir.intrinsics import INTRINSICS
+from ir.lower import lower
+from ir.program import Program
+from ir.schedule import Schedule
+from ir.target import Target
+from ir.task import library_task
+
+AMX_FEATURES = ("+amx-tile", "+amx-int8")
+SAPPHIRE = Target.parse("llvm -mcpu=sapphirerapids -mattr=+avx512f,+avx512vnni,+amx-tile,+amx-int8")
+HOST = host_target(1)
+
+
+def amx_matmul(m: int = 32, n: int = 32, k: int = 128) -> Program:
+    """matmul_int8 as 16 x 16 tiles of C, K in steps of 64, B packed in AMX's VNNI layout."""
+    sch = Schedule(library_task("matmul_int8", {"m": m, "n": n, "k": k}).program)
+    i, j, r = sch.get_loops("C")
+    i0, i1 = sch.split(i, [None, 16])
+    j0, j1 = sch.split(j, [None, 16])
+    r0, r1, r2 = sch.split(r, [None, 16, 4])
+    sch.reorder(i0, j0, r0, i1, j1, r1, r2)
+    sch.transform_layout("C", "B", INTRINSICS["amx_int8"].packs[0][1])
+    sch.tensorize(i1, "amx_int8", features=[f[1:] for f in AMX_FEATURES])
+    return sch.program
+
+
+def vnni_matmul(m: int = 8, n: int = 32, k: int = 16) -> Program:
+    sch = Schedule(library_task("matmul_int8", {"m": m, "n": n, "k": k}).program)
+    i, j, r = sch.get_loops("C")
+    j0, j1 = sch.split(j, [None, 16])
+    r0, r1 = sch.split(r, [None, 4])
+    sch.reorder(i, j0, r0, j1, r1)
+    sch.transform_layout("C", "B", INTRINSICS["vnni"].packs[0][1])
+    sch.tensorize(j1, "vnni")
+    return sch.program
+
+
+def assembly(program: Program, target: Target) -> str:
+    """Compiled for `target` without running (no JIT): its assembly via an object's IR."""
+    from codegen.jit import _optimized, _Options
+
+    text = emit_module(lower(program), "kernel", features=target.features)
+    compile_object(text, target)  # the export path compiles too
+    module, machine, _ = _optimized(text, target, _Options(), frozenset())
+    return str(machine.emit_assembly(module))
+
+
+def test_amx_kernel_compiles_to_tile_instructions_anywhere() -> None:
+    asm = assembly(amx_matmul(), SAPPHIRE)
+    for instruction in ("tdpbusd", "tileloadd", "tilestored", "ldtilecfg"):
+        assert instruction in asm, instruction
+    # the module asks for tile permission itself (a constructor calling arch_prctl)
+    text = emit_module(lower(amx_matmul()), "kernel", features=SAPPHIRE.features)
+    assert "llvm.global_ctors" in text and "i64 158, i64 4131, i64 18" in text
+
+
+def test_amx_kernel_runs_exactly_where_the_cpu_has_amx() -> None:
+    if not (HOST.has_feature("amx-tile") and HOST.has_feature("amx-int8")):
+        pytest.skip(f"not run: this CPU ({HOST.cpu}) has no AMX; compiled only (test above)")
+    assert request_amx_permission()
+    task = library_task("matmul_int8", {"m": 32, "n": 32, "k": 128})
+    kernel = compile_program(amx_matmul(), HOST)
+    a, b = task.make_inputs()
+    c = np.zeros((32, 32), np.int32)
+    kernel(a, b, c)
+    np.testing.assert_array_equal(c, task.reference([a, b])[0])
+
+
+def test_amx_kernel_without_permission_fails_with_a_message() -> None:
+    """Where the OS refuses AMX (this CPU has none), the kernel returns before its first tile
+    instruction: an error naming AMX, not SIGILL."""
+    if HOST.has_feature("amx-tile"):
+        pytest.skip("this CPU has AMX: permission is granted, nothing to refuse")
+    assert request_amx_permission() is False
+    target = Target(HOST.cpu, (*HOST.features, *AMX_FEATURES), 1)
+    kernel = compile_program(amx_matmul(), target)
+    task = library_task("matmul_int8", {"m": 32, "n": 32, "k": 128})
+    with pytest.raises(
+        KernelRuntimeError, match="AMX tiles, which the operating system did not permit"
+    ):
+        kernel(*task.make_inputs(), np.zeros((32, 32), np.int32))
+
+
+def test_vnni_kernel_uses_vpdpbusd() -> None:
+    znver4 = Target.parse("llvm -mcpu=znver4 -mattr=+avx512f,+avx512bw,+avx512vnni")
+    asm = assembly(vnni_matmul(), znver4)
+    assert "vpdpbusd" in asm and "vpmaddwd" not in asm
+
+
+def test_codegen_refuses_an_intrinsic_the_target_lacks() -> None:
+    with pytest.raises(IntrinsicFeatureError, match=r"needs the target feature\(s\) avx512vnni"):
+        emit_module(lower(vnni_matmul()), "kernel", features=("+avx", "+avx2", "+fma"))
+    with pytest.raises(IntrinsicFeatureError, match="amx-tile, amx-int8"):
+        emit_module(lower(amx_matmul()), "kernel", features=("+avx512f",))

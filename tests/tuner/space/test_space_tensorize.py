@@ -1,0 +1,52 @@
+"""The intrinsic tiling rule: tensorized candidates where the target has the instruction
+(AMX before VNNI), plain vector tiling where it has not."""
+
+from __future__ import annotations
+
+import random
+
+from ir.target import Target
+from ir.task import library_task
+from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct
+from tuner.space import default_space
+from tuner.trace.trace import Trace
+
+VNNI = Target.parse("llvm -mcpu=znver4 -mattr=+avx2,+avx512f,+avx512bw,+avx512vnni")
+AMX = Target.parse(
+    "llvm -mcpu=sapphirerapids -mattr=+avx2,+avx512f,+avx512bw,+avx512vnni,+amx-tile,+amx-int8"
+)
+
+
+def intrinsics(trace: Trace) -> list[str]:
+    return [i.attr("intrinsic") for i in trace.instructions if i.kind == "tensorize"]
+
+
+def samples(op: str, params: dict[str, int], target: Target, n: int = 4) -> list[Trace]:
+    space = default_space(library_task(op, params).program, target)
+    rng = random.Random(11)
+    return [space.sample(rng) for _ in range(n)]
+
+
+def test_every_int8_candidate_is_tensorized_on_a_vnni_target() -> None:
+    for trace in samples("matmul_int8", {"m": 1024, "n": 1024, "k": 1024}, VNNI):
+        assert intrinsics(trace) == ["vnni"]
+        assert "pad_einsum" not in [i.kind for i in trace.instructions]  # whole tiles
+
+
+def test_amx_is_preferred_where_the_target_has_it() -> None:
+    for trace in samples("matmul_int8", {"m": 40, "n": 32, "k": 100}, AMX, n=2):
+        assert intrinsics(trace) == ["amx_int8"]
+        assert "pad_einsum" in [i.kind for i in trace.instructions]  # M to 48, K to 128
+
+
+def test_without_the_instruction_the_rule_falls_back_to_vector_tiling() -> None:
+    task = library_task("matmul_int8", {"m": 12, "n": 40, "k": 20})
+    for trace in samples("matmul_int8", {"m": 12, "n": 40, "k": 20}, AVX2_2_THREADS, n=2):
+        kinds = [i.kind for i in trace.instructions]
+        assert "tensorize" not in kinds and "cache_write" in kinds
+        check_correct(task, trace, AVX2_2_THREADS)
+
+
+def test_float_workloads_are_not_tensorized() -> None:
+    for trace in samples("matmul", {"m": 64, "n": 64, "k": 64}, VNNI, n=2):
+        assert intrinsics(trace) == []
