@@ -20,7 +20,10 @@ Per store (`STORE_FEATURE_NAMES` lists them in order):
 - innermost accesses by stride: invariant, unit, other (gathers); the same
   for the vectorized loop;
 - bytes of scratch allocated around the store, bytes of the stored buffer,
-  whether the stored buffer is local scratch.
+  whether the stored buffer is local scratch;
+- whether the entry is a tensor intrinsic (a tensorized block is one entry,
+  its operands the accesses, as many bytes as one call touches) and the
+  intrinsic's operations times iterations (0 for plain stores).
 """
 
 from __future__ import annotations
@@ -34,9 +37,19 @@ import numpy as np
 from ir import dtype as dt
 from ir.arith import strides_in
 from ir.expr import CMP_OPS, LOGIC_OPS, Binary, Buffer, Call, Cast, Const, Expr, Load, Select
+from ir.intrinsics import get_intrinsic
 from ir.lower import lower
 from ir.node import walk
-from ir.program import Allocate, BufferStore, For, IfThenElse, Program, SeqStmt, Stmt
+from ir.program import (
+    Allocate,
+    BufferStore,
+    For,
+    IfThenElse,
+    IntrinsicCall,
+    Program,
+    SeqStmt,
+    Stmt,
+)
 
 LEVELS = 6
 """Loop levels described per store, innermost first (deeper nests are cut)."""
@@ -62,6 +75,8 @@ STORE_FEATURE_NAMES: tuple[str, ...] = (
     "log_scratch_bytes",
     "log_store_buffer_bytes",
     "store_is_local",
+    "tensorized",
+    "log_tensor_ops",
 )
 STORE_FEATURES = len(STORE_FEATURE_NAMES)
 FEATURE_NAMES: tuple[str, ...] = (
@@ -129,6 +144,45 @@ def _stride_class(stride: int | None) -> int:
 def _store_vector(
     store: BufferStore, loops: Sequence[For], scratch: int
 ) -> tuple[list[float], float]:
+    accesses = [
+        _Access(ld.indices[-1] if ld.indices else Const(0, dt.INDEX), dt.itemsize(ld.dtype))
+        for ld in walk(store.value)
+        if isinstance(ld, Load)
+    ]
+    accesses.append(
+        _Access(
+            store.indices[-1] if store.indices else Const(0, dt.INDEX),
+            dt.itemsize(store.buffer.dtype),
+        )
+    )
+    return _vector(loops, scratch, _arith(store.value), accesses, store.buffer, 0)
+
+
+def _intrinsic_vector(
+    call: IntrinsicCall, loops: Sequence[For], scratch: int
+) -> tuple[list[float], float]:
+    """A tensorized block as one entry: its operands as accesses (each as many bytes as one
+    call touches) and the intrinsic's operations per call."""
+    accesses = [
+        _Access(
+            a.indices[-1],
+            dt.itemsize(a.buffer.dtype)
+            * math.prod(e for st, e in zip(a.steps, a.extents) if any(st)),
+        )
+        for a in call.args
+    ]
+    ops = get_intrinsic(call.name).ops_per_call
+    return _vector(loops, scratch, [0] * len(_ARITH), accesses, call.args[0].buffer, ops)
+
+
+def _vector(
+    loops: Sequence[For],
+    scratch: int,
+    arith: list[int],
+    accesses: list[_Access],
+    stored: Buffer,
+    tensor_ops: int,
+) -> tuple[list[float], float]:
     extents = [_extent(lp) for lp in loops]
     iterations = math.prod(extents) if extents else 1
     inner = list(zip(reversed(loops), reversed(extents)))[:LEVELS]
@@ -150,19 +204,7 @@ def _store_vector(
         _log(unrolled),
         _log(parallel),
     ]
-    v += [_log(c * iterations) for c in _arith(store.value)]
-
-    accesses = [
-        _Access(ld.indices[-1] if ld.indices else Const(0, dt.INDEX), dt.itemsize(ld.dtype))
-        for ld in walk(store.value)
-        if isinstance(ld, Load)
-    ]
-    accesses.append(
-        _Access(
-            store.indices[-1] if store.indices else Const(0, dt.INDEX),
-            dt.itemsize(store.buffer.dtype),
-        )
-    )
+    v += [_log(c * iterations) for c in arith]
     # Distinct elements each access touches within one iteration of each level:
     # the product of the extents of the loops inside it that its index moves with.
     strides = [strides_in(a.index, [lp.var for lp in loops]) for a in accesses]
@@ -186,7 +228,8 @@ def _store_vector(
         for row in strides:
             classes[_stride_class(0 if at is None else row[at])] += 1
         v += [float(c) for c in classes]
-    v += [_log(scratch), _log(_bytes(store.buffer)), 1.0 if store.buffer.scope != "global" else 0.0]
+    v += [_log(scratch), _log(_bytes(stored)), 1.0 if stored.scope != "global" else 0.0]
+    v += [1.0 if tensor_ops else 0.0, _log(tensor_ops * iterations)]
     return v, float(iterations)
 
 
@@ -206,6 +249,8 @@ def _collect(s: Stmt, loops: list[For], scratch: int, out: list[tuple[list[float
         _collect(s.body, loops, scratch + _bytes(s.buffer), out)
     elif isinstance(s, BufferStore):
         out.append(_store_vector(s, loops, scratch))
+    elif isinstance(s, IntrinsicCall):
+        out.append(_intrinsic_vector(s, loops, scratch))
 
 
 def lowered_features(lowered: Program) -> np.ndarray:
