@@ -54,6 +54,7 @@ from ir.library.matmul import (
     flops_batch_matmul,
     flops_dense,
     flops_matmul,
+    int32_dot,
     ref_batch_matmul,
     ref_dense,
     ref_matmul,
@@ -212,7 +213,7 @@ def build_dense_int8(m: int, n: int, k: int, x_zero_point: int, y_zero_point: in
 def ref_dense_int8(
     p: Mapping[str, int], X: np.ndarray, W: np.ndarray, bias: np.ndarray, scale: np.ndarray
 ) -> tuple[np.ndarray, ...]:
-    acc = (X.astype(np.int32) - np.int32(p["x_zero_point"])) @ W.astype(np.int32)
+    acc = int32_dot(X.astype(np.int32) - np.int32(p["x_zero_point"]), W, ([1], [0]))
     return (_requantize_np(acc, bias, scale, p["y_zero_point"]),)
 
 
@@ -289,10 +290,9 @@ def ref_conv2d_nhwc_int8(
     padded = pad_np(X, p["pad"], 1, value=p["x_zero_point"])
     win = windows(padded, p["kh"], p["kw"], p["stride"], p["dilation"], 1)
     win = win.astype(np.int32) - np.int32(p["x_zero_point"])
-    # win: (n, ho, wo, ci, kh, kw); W: (kh, kw, ci, co). int64 products summed, then wrapped
-    # to int32 as the kernel's int32 accumulator wraps.
-    acc = np.tensordot(win.astype(np.int64), W.astype(np.int64), axes=([3, 4, 5], [2, 0, 1]))
-    return (_requantize_np(acc.astype(np.int32), bias, scale, p["y_zero_point"]),)
+    # win: (n, ho, wo, ci, kh, kw); W: (kh, kw, ci, co).
+    acc = int32_dot(win, W, ([3, 4, 5], [2, 0, 1]))
+    return (_requantize_np(acc, bias, scale, p["y_zero_point"]),)
 
 
 def _conv_out(p: Mapping[str, int]) -> int:

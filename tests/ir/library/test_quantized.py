@@ -13,6 +13,7 @@ from codegen.kernel import compile_program
 from ir.errors import WorkloadError
 from ir.expr import render
 from ir.library import OPS, instantiate
+from ir.library.matmul import int32_dot
 from ir.task import library_task
 from workers.verify import empty_outputs, verify
 
@@ -156,3 +157,19 @@ def test_the_product_is_plain_u8_by_s8_whatever_the_zero_point(op: str) -> None:
         assert "-" not in render(acc.op.body.source)
         names.append([t.name for t in wl.computes()])
     assert names[0] == names[1] and {"acc", "wsum", "Y"} <= set(names[0])
+
+
+def test_int32_dot_is_numpys_wrapping_int32_product_through_blas() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (30, 50), dtype=np.uint8)
+    b = rng.integers(-128, 128, (50, 20), dtype=np.int8)
+    np.testing.assert_array_equal(
+        int32_dot(a, b, ([1], [0])), a.astype(np.int32) @ b.astype(np.int32)
+    )
+    # 70000 · 255 · -128 wraps past -2**31, as the kernels' int32 accumulators do.
+    a, b = np.full((1, 70000), 255, np.uint8), np.full((70000, 2), -128, np.int8)
+    wrapped = int32_dot(a, b, ([1], [0]))
+    assert wrapped.dtype == np.int32 and wrapped[0, 0] == 70000 * 255 * -128 + 2**32
+    # Operands too wide for float64 to be exact take the int64 path.
+    big = np.full((1, 3), 2**30 + 1, np.int32)  # 3·(2^60 + 2^31 + 1): 62 bits, inexact in float64
+    assert int32_dot(big, big.T, ([1], [0]))[0, 0] == -(2**31) + 3
