@@ -181,3 +181,8 @@ def _amx_tile_product(f: FunctionEmitter, ops: Sequence[Operand], instr: str, si
 @register_implementation("amx_int8", amx=True)
 def _amx_int8(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
     _amx_tile_product(f, ops, "tdpbusd", 1)
+
+
+@register_implementation("amx_bf16", amx=True)
+def _amx_bf16(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
+    _amx_tile_product(f, ops, "tdpbf16ps", 2)

@@ -158,3 +158,13 @@ AMX_INT8 = register_intrinsic(
         doc="AMX tdpbusd: a 16x16 int32 tile += 16x64 u8 . 64x16 s8 (B in VNNI layout)",
     )
 )
+AMX_BF16 = register_intrinsic(
+    TensorIntrinsic(
+        "amx_bf16",
+        _amx("bfloat16", "bfloat16", "float32", 2),
+        features=("amx-tile", "amx-bf16"),
+        free_rows=frozenset({"A", "B", "C"}),
+        packs=(("B", lambda k, n: (k // 32, n // 16, k // 2 % 16, n % 16 * 2 + k % 2)),),
+        doc="AMX tdpbf16ps: a 16x16 float32 tile += 16x32 bf16 . 32x16 bf16 (B in pairs)",
+    )
+)

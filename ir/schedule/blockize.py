@@ -105,7 +105,12 @@ def blockize(program: Program, loop: str) -> tuple[Program, str]:
     inner_parts: dict[Var, Expr] = {}
     for iv, value in zip(block.iter_vars, r.values):
         outer_part, inner_part, g = _split_binding(value, inner, iv, block.name)
-        extent = iv.extent if g == 1 else Const(-(-int(iv.extent.value) // g), "int64")  # type: ignore[attr-defined]
+        if outer_part == Const(0, "int64"):  # wholly inside: the outer variable is 0
+            extent: Expr = Const(1, "int64")
+        elif g == 1:
+            extent = iv.extent
+        else:
+            extent = Const(-(-int(iv.extent.value) // g), "int64")  # type: ignore[attr-defined]
         vo = IterVar(Var(names.fresh(f"{iv.var.name}_o")), extent, iv.kind)
         outer_ivs.append(vo)
         outer_vals.append(outer_part)

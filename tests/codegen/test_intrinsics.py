@@ -105,3 +105,15 @@ def test_codegen_refuses_an_intrinsic_the_target_lacks() -> None:
         emit_module(lower(vnni_matmul()), "kernel", features=("+avx", "+avx2", "+fma"))
     with pytest.raises(IntrinsicFeatureError, match="amx-tile, amx-int8"):
         emit_module(lower(amx_matmul()), "kernel", features=("+avx512f",))
+
+
+def test_amx_bf16_kernel_compiles_to_tdpbf16ps() -> None:
+    sch = Schedule(library_task("matmul_bf16", {"m": 16, "n": 16, "k": 64}).program)
+    i, j, r = sch.get_loops("C")
+    r0, r1, r2 = sch.split(r, [None, 16, 2])
+    sch.reorder(r0, i, j, r1, r2)
+    sch.transform_layout("C", "B", INTRINSICS["amx_bf16"].packs[0][1])
+    sch.tensorize(i, "amx_bf16", features=["amx-tile", "amx-bf16"])
+    target = Target.parse("llvm -mcpu=sapphirerapids -mattr=+avx512f,+amx-tile,+amx-bf16")
+    asm = assembly(sch.program, target)
+    assert "tdpbf16ps" in asm and "tileloadd" in asm

@@ -50,3 +50,12 @@ def test_without_the_instruction_the_rule_falls_back_to_vector_tiling() -> None:
 def test_float_workloads_are_not_tensorized() -> None:
     for trace in samples("matmul", {"m": 64, "n": 64, "k": 64}, VNNI, n=2):
         assert intrinsics(trace) == []
+
+
+def test_bf16_products_take_amx_bf16_and_fall_back_without_it() -> None:
+    amx_bf16 = Target.parse(
+        "llvm -mcpu=sapphirerapids -mattr=+avx2,+avx512f,+avx512bf16,+amx-tile,+amx-bf16"
+    )
+    params = {"m": 16, "n": 32, "k": 40}
+    assert all(intrinsics(t) == ["amx_bf16"] for t in samples("matmul_bf16", params, amx_bf16, 2))
+    assert all(intrinsics(t) == [] for t in samples("matmul_bf16", params, VNNI, 2))
