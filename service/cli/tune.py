@@ -20,6 +20,7 @@ from service.cli.common import (
     positive_int,
     print_json,
     resolve_task,
+    warn_oversubscribed,
 )
 from service.cli.jobs import short_target  # the display form `jobs` prints
 from tuner.database import STATUSES
@@ -88,6 +89,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             raise UsageError("tune: --plot goes with a workload or --tasks, not --model")
         from service.cli.model import cmd_tune_model
 
+        warn_oversubscribed(args.threads)
         return cmd_tune_model(args)
     if args.tasks is not None:
         if args.workload or args.workload_file:
@@ -96,6 +98,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.workload_file is None and not args.workload:
         raise UsageError("name an operator (see `loomtune ops`) or pass --workload FILE.json")
     task = resolve_task(args.workload, args.workload_file)
+    warn_oversubscribed(args.threads)
     log(
         f"tuning {task.op} {params_text(task.params)}: {args.trials} trials, {args.threads} thread(s)"
     )
@@ -228,6 +231,7 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
     from tuner.search.stopping import stopping_rules
 
     tasks = load_tasks_file(args.tasks)
+    warn_oversubscribed(args.threads)
     log(
         f"tuning {len(tasks)} workloads under one budget of {args.trials} trials, {args.threads} thread(s)"
     )
