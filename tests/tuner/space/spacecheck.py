@@ -60,18 +60,18 @@ ODD_SHAPES: dict[str, dict[str, int]] = {
     "dense_int8": {"m": 12, "n": 40, "k": 20},
     "conv2d_nhwc_int8": {
         "n": 1,
-        "h": 7,
-        "w": 9,
-        "ci": 6,
+        "h": 5,
+        "w": 6,
+        "ci": 4,
         "co": 12,
         "kh": 3,
         "kw": 3,
         "stride": 1,
         "pad": 1,
     },
-    "matmul_bf16": {"m": 30, "n": 40, "k": 18},
+    "matmul_bf16": {"m": 12, "n": 40, "k": 18},
     "dense_bf16": {"m": 12, "n": 20, "k": 15, "bias": 1, "relu": 1},
-    "batch_matmul_bf16": {"b": 3, "m": 10, "n": 24, "k": 9},
+    "batch_matmul_bf16": {"b": 2, "m": 6, "n": 24, "k": 9},
 }
 
 # A fixed AVX2 target: sampling does not compile, so sketches and traces do not depend on the host.
