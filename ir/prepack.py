@@ -1,0 +1,172 @@
+"""Pre-packing: blocks that only rearrange constant inputs run once, at load, not per call.
+
+A schedule that packs a weight (`pack_panels`: B into column panels, often moved under
+a column-tile loop by `compute_at`) makes the kernel copy the weight on every call:
+for BERT-base's dense layers 9.4 MB per call. When the weight is a constant of a
+model, that copy is the same on every call, so it can be split off:
+
+    def dense(A, W, bias, C):                      def dense_prologue(W, W_packed):   # once
+      W_packed = alloc(...)                            for ax0, ax1, ax2: block("W_packed")
+      for j_0:                                ->   def dense(A, bias, W_packed, C):    # per call
+        for ax..: block("W_packed")  # W only        for j_0:
+        for i, r, j_1: block("C")                      for i, r, j_1: block("C")
+
+A block is hoisted when it is a plain copy of constants into an intermediate: one store,
+no init, it reads only `constant_inputs`, it is the only writer of the buffer, it writes
+each point of its domain once (its store's indices are distinct iteration variables
+covering every one of them) and its reads stay inside their buffers over its whole
+domain. Re-nested at the root over that whole domain (its iteration variables keep their
+domains; only their bindings change to fresh loops), it computes every element any
+iteration of the original could have, with the same arithmetic: so
+main(prologue(W), X) == original(W, X) bit for bit. The main program reads the packed
+buffer as an input at full size (compaction no longer shrinks it), and no longer takes
+a constant input only the hoisted blocks read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Set
+from dataclasses import replace
+
+from ir.arith import bound
+from ir.errors import LoomtuneError
+from ir.expr import Const, IterVar, Load, Var
+from ir.node import walk
+from ir.program import (
+    TRUE,
+    Block,
+    BlockRealize,
+    BufferStore,
+    For,
+    IntrinsicCall,
+    Program,
+    seq,
+)
+from ir.schedule.state import all_blocks, fresh_names, remove_stmt
+
+__all__ = ["PrepackError", "hoist_constant_blocks", "hoistable_reason"]
+
+
+class PrepackError(LoomtuneError):
+    """`constant_inputs` names something that is not an input of the program."""
+
+
+def hoist_constant_blocks(
+    program: Program, constant_inputs: Set[str]
+) -> tuple[Program | None, Program]:
+    """Split `program` into (prologue, main): the prologue computes the hoistable blocks'
+    buffers from the constant inputs (its outputs), main reads them as inputs (after the
+    program's remaining inputs). (None, program) when no block can be hoisted."""
+    unknown = set(constant_inputs) - {b.name for b in program.inputs}
+    if unknown:
+        raise PrepackError(
+            f"{program.name}: {', '.join(sorted(unknown))} is not an input of the program"
+        )
+    blocks = all_blocks(program)
+    writes = Counter(w.buffer.name for r in blocks for w in r.block.writes)
+    intermediates = {b.name for b in program.allocs}
+    hoisted = [
+        r
+        for r in blocks
+        if hoistable_reason(r, constant_inputs, intermediates, writes[_written(r)]) is None
+    ]
+    if not hoisted:
+        return None, program
+    names = fresh_names(program)
+    packed = [r.block.writes[0].buffer for r in hoisted]
+    packed_names = {b.name for b in packed}
+    moved = {r.block.name for r in hoisted}
+    main = remove_stmt(program, lambda n: isinstance(n, BlockRealize) and n.block.name in moved)
+    still_read = _buffers_read(main)
+    main = replace(
+        main,
+        inputs=(
+            *(b for b in program.inputs if b.name not in constant_inputs or b.name in still_read),
+            *packed,
+        ),
+        allocs=tuple(b for b in program.allocs if b.name not in packed_names),
+    )
+    read_by_prologue = {ld.buffer.name for r in hoisted for ld in _loads(r.block)}
+    prologue = Program(
+        f"{program.name}_prologue",
+        tuple(b for b in program.inputs if b.name in read_by_prologue),
+        tuple(packed),
+        seq(*(_renest(r.block, names.fresh) for r in hoisted)),
+        attrs=(("prologue_of", program.name),),
+    )
+    return prologue, main
+
+
+def hoistable_reason(
+    r: BlockRealize, constant: Set[str], intermediates: Set[str], writers: int
+) -> str | None:
+    """Why block `r` cannot run once at load (None: it can). `writers`: blocks writing its
+    buffer."""
+    block = r.block
+    if block.init is not None or not isinstance(block.body, BufferStore):
+        return "not a plain store"
+    if len(block.writes) != 1 or _written(r) not in intermediates:
+        return "does not write one intermediate buffer"
+    if writers != 1:
+        return "its buffer has other writers"
+    if any(isinstance(n, (BlockRealize, IntrinsicCall)) for n in walk(block.body)):
+        return "holds nested blocks"
+    loads = _loads(block)
+    if not loads or any(ld.buffer.name not in constant for ld in loads):
+        return "reads something that is not a constant input"
+    if any(rd.buffer.name not in constant for rd in block.reads):
+        return "reads something that is not a constant input"
+    store = block.body
+    ivars = [iv.var for iv in block.iter_vars]
+    if len(set(store.indices)) != len(store.indices) or set(store.indices) != set(ivars):
+        return "does not write each point of its domain once"
+    domain = _domain(block.iter_vars)
+    if domain is None:
+        return "its domain is not constant"
+    for ld in loads:
+        for idx, size in zip(ld.indices, ld.buffer.concrete_shape()):
+            rng = bound(idx, domain)
+            if rng is None or rng[0] < 0 or rng[1] >= size:
+                return f"its read of {ld.buffer.name} is not provably in bounds"
+    return None
+
+
+def _written(r: BlockRealize) -> str:
+    return r.block.writes[0].buffer.name if r.block.writes else ""
+
+
+def _loads(block: Block) -> list[Load]:
+    return [n for n in walk(block.body) if isinstance(n, Load)]
+
+
+def _domain(iter_vars: tuple[IterVar, ...]) -> dict[Var, tuple[int, int]] | None:
+    out: dict[Var, tuple[int, int]] = {}
+    for iv in iter_vars:
+        if not isinstance(iv.extent, Const):
+            return None
+        out[iv.var] = (0, int(iv.extent.value) - 1)
+    return out
+
+
+def _renest(block: Block, fresh: Callable[[str], str]) -> For:
+    """The block alone, bound to fresh loops over its whole domain (outermost first)."""
+    loops = [Var(fresh(f"p{iv.var.name}")) for iv in block.iter_vars]
+    nest: For | BlockRealize = BlockRealize(tuple(loops), TRUE, block)
+    for lv, iv in reversed(list(zip(loops, block.iter_vars))):
+        nest = For(lv, iv.extent, "serial", nest)
+    assert isinstance(nest, For)
+    return nest
+
+
+def _buffers_read(program: Program) -> set[str]:
+    """Buffers whose values the program's blocks or statements read."""
+    names: set[str] = set()
+    for n in walk(program.body):
+        if isinstance(n, Load):
+            names.add(n.buffer.name)
+        elif isinstance(n, Block):
+            names.update(rd.buffer.name for rd in n.reads)
+        elif isinstance(n, IntrinsicCall):
+            names.update(a.buffer.name for a in n.args)
+    return names

@@ -1,0 +1,128 @@
+"""ir/prepack.py: blocks that only repack constant inputs split off into a prologue,
+checked bit for bit through native code: main(prologue(W), X) == original(W, X)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.host import host_target
+from codegen.kernel import compile_program
+from ir.expr import Binary
+from ir.lower import lower
+from ir.node import Node, map_children, walk
+from ir.prepack import PrepackError, hoist_constant_blocks, hoistable_reason
+from ir.printer import print_program
+from ir.program import For, Program
+from ir.schedule import Schedule
+from ir.schedule.state import all_blocks, replace_realize
+from ir.task import Task, library_task
+
+
+def _run(program: Program, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run `program` on the named arrays; its outputs, by name."""
+    outs = {b.name: np.zeros(b.concrete_shape(), np.float32) for b in program.outputs}
+    compile_program(program, host_target(1))(
+        *(arrays[b.name] for b in program.inputs), *outs.values()
+    )
+    return outs
+
+
+def _check_split(task: Task, program: Program, constant: set[str]) -> tuple[Program, Program]:
+    """Split `program` and check the two halves against it, bit for bit."""
+    prologue, main = hoist_constant_blocks(program, constant)
+    assert prologue is not None
+    named = dict(zip((b.name for b in task.program.inputs), task.make_inputs(seed=5)))
+    want = _run(program, named)
+    got = _run(main, named | _run(prologue, named))
+    for name, array in want.items():
+        assert np.array_equal(got[name], array), name
+    ref = task.reference(list(named.values()))
+    assert np.allclose(want[task.output_names[0]], ref[0], rtol=1e-4, atol=1e-4)
+    return prologue, main
+
+
+def _tiled_pack(task: Task, block: str, buffer: str, width: int, at_tile: bool) -> Program:
+    """`buffer` packed in panels, the column loop tiled by the panel; the packing under the
+    column-tile loop (`compute_at`, inside the row loop: repacked for every row) or up front."""
+    sch = Schedule(task.program)
+    packed = sch.pack_panels(block, buffer, width)
+    i, j, r = sch.get_loops(block)
+    j0, j1 = sch.split(j, [None, width])
+    sch.reorder(i, j0, r, j1)
+    if at_tile:
+        sch.compute_at(packed, j0)
+        assert sch.get_loops(packed)[0].name == i.name
+    return sch.program
+
+
+@pytest.mark.parametrize("at_tile", [True, False])
+@pytest.mark.parametrize(("n", "width"), [(96, 32), (70, 16)])
+def test_a_packed_weight_is_packed_once_and_read_whole(n: int, width: int, at_tile: bool) -> None:
+    task = library_task("matmul", {"m": 6, "n": n, "k": 9})
+    prologue, main = _check_split(task, _tiled_pack(task, "C", "B", width, at_tile), {"B"})
+    panels = -(-n // width)
+    assert [b.name for b in prologue.inputs] == ["B"]
+    assert [(b.name, b.concrete_shape()) for b in prologue.outputs] == [
+        ("B_packed", (panels, 9, width))
+    ]
+    assert [b.name for b in main.inputs] == ["A", "B_packed"]  # B no longer read per call
+    assert main.allocs == () and [r.block.name for r in all_blocks(main)] == ["C"]
+    # the packed input is read at full size: compaction has nothing to shrink
+    assert "B_packed = alloc" not in print_program(lower(main))
+    loops = [n.var.name for n in walk(prologue.body) if isinstance(n, For)]
+    assert len(loops) == 3 and all(name.startswith("pvax") for name in loops)
+
+
+def test_dense_keeps_its_bias_and_leaves_a_non_constant_pack_in_place() -> None:
+    task = library_task("dense", {"m": 8, "n": 48, "k": 20, "bias": 1, "relu": 1})
+    sch = Schedule(_tiled_pack(task, "XW", "W", 16, at_tile=True))
+    sch.pack_panels("XW", "X", 4)  # the activation: packed per call, whatever else holds
+    prologue, main = _check_split(task, sch.program, {"W", "bias"})
+    assert [b.name for b in prologue.outputs] == ["W_packed"]
+    assert [b.name for b in main.inputs] == ["X", "bias", "W_packed"]
+    assert [b.name for b in main.allocs] == ["XW", "X_packed"]
+    assert {r.block.name for r in all_blocks(main)} == {"X_packed", "XW", "Y"}
+
+
+def test_nothing_constant_nothing_hoisted() -> None:
+    task = library_task("matmul", {"m": 4, "n": 32, "k": 8})
+    program = _tiled_pack(task, "C", "B", 16, at_tile=True)
+    assert hoist_constant_blocks(program, set()) == (None, program)
+    assert hoist_constant_blocks(program, {"A"}) == (None, program)
+    r = next(r for r in all_blocks(program) if r.block.name == "B_packed")
+    reason = hoistable_reason(r, {"A"}, {"B_packed"}, 1)
+    assert reason == "reads something that is not a constant input"
+    assert hoistable_reason(r, {"B"}, {"B_packed"}, 2) == "its buffer has other writers"
+    with pytest.raises(PrepackError, match="matmul: W is not an input of the program"):
+        hoist_constant_blocks(program, {"W"})
+
+
+def test_accumulators_and_reductions_stay() -> None:
+    """A cache_write tile's init block reads nothing; a reduction reads its own buffer."""
+    task = library_task("matmul", {"m": 8, "n": 32, "k": 8})
+    sch = Schedule(task.program)
+    sch.cache_write("C", 0)
+    *_, r = sch.get_loops("C")
+    sch.decompose_reduction("C", r)
+    program = sch.program
+    assert hoist_constant_blocks(program, {"A", "B"}) == (None, program)
+
+
+def test_a_read_out_of_bounds_over_the_whole_domain_is_not_hoisted() -> None:
+    """Without the clamp of the last, partial panel, re-nesting over the whole domain would
+    read past B (under the tile loop's guard the original never did)."""
+    task = library_task("matmul", {"m": 4, "n": 70, "k": 5})
+    program = _tiled_pack(task, "C", "B", 16, at_tile=True)
+
+    def unclamp(n: Node) -> Node:
+        if isinstance(n, Binary) and n.op == "min":
+            return n.a
+        return map_children(n, unclamp)
+
+    program = replace_realize(program, "B_packed", unclamp)  # type: ignore[arg-type]
+    r = next(r for r in all_blocks(program) if r.block.name == "B_packed")
+    assert hoistable_reason(r, {"B"}, {"B_packed"}, 1) == (
+        "its read of B is not provably in bounds"
+    )
+    assert hoist_constant_blocks(program, {"B"})[0] is None
