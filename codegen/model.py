@@ -6,8 +6,10 @@
 Everything that can be done once is done at construction: each distinct task compiles
 once (repeated layers call the same kernel), the arena is allocated once (64-byte
 aligned, offsets from the plan's liveness), the load-time nodes run once over the
-weights (an OIHW→HWIO transpose, a folded Gemm transpose), and every kernel call is
-bound to its argument pointers. A call then checks the inputs (names, shapes, dtypes:
+weights (an OIHW→HWIO transpose, a folded Gemm transpose), so do the blocks of tuned
+kernels that only repack a weight (`codegen.model_prepack`: a dense layer's W in
+column panels is packed here, not on every call), and every kernel call is bound to
+its argument pointers. A call then checks the inputs (names, shapes, dtypes:
 one-line `GraphInputError`s), copies them into the arena, runs the bound calls in order
 and returns copies of the outputs. Not thread-safe: one arena, one call at a time.
 
@@ -26,12 +28,13 @@ import numpy as np
 
 from codegen.host import host_target
 from codegen.kernel import Kernel, KernelRuntimeError, compile_program
+from codegen.model_prepack import model_kernels
 from ir import dtype as dt
 from ir.arrays import aligned_copy, aligned_empty
 from ir.graph.graph import Graph, TensorType, make_graph
 from ir.graph.interpret import bind_inputs
 from ir.graph.ops import OPS
-from ir.graph.plan import ModelPlan, PlanTask, Step
+from ir.graph.plan import ModelPlan, PlanTask
 from ir.graph.tasks import Arg
 from ir.program import Program
 from ir.target import Target
@@ -67,41 +70,48 @@ def prepare_constants(plan: ModelPlan, keep: Set[str] | None = None) -> dict[str
 
 
 class CompiledModel:
-    """Native kernels for every step of a plan, callable with numpy arrays."""
+    """Native kernels for every step of a plan, callable with numpy arrays.
+
+    `prepack=False` keeps each kernel's weight packing in the kernel (run on every call):
+    what the tuner measured, and the baseline pre-packing is compared with."""
 
     def __init__(
         self,
         plan: ModelPlan,
         programs: Mapping[str, Program] | None = None,
         target: Target | None = None,
+        *,
+        prepack: bool = True,
     ) -> None:
         # The plan is read here and not kept: its graphs hold every original weight.
         self.target = target or host_target()
         programs = programs or {}
         self.tasks: tuple[PlanTask, ...] = plan.tasks
-        self.steps: tuple[Step, ...] = plan.steps
         self.inputs: tuple[tuple[str, TensorType], ...] = plan.inputs
         self.outputs: tuple[str, ...] = plan.outputs
         # Only the signature (no nodes, no weights): what `bind_inputs` checks a call against.
         self._signature: Graph = make_graph(
             plan.source.name, plan.inputs, (), {}, plan.source.input_names
         )
-        self.kernels: list[Kernel] = [
-            compile_program(
-                programs.get(t.task.key, t.task.program), self.target, symbol=f"loomtune_model_k{i}"
-            )
-            for i, t in enumerate(plan.tasks)
-        ]
-        self.arena = aligned_empty((max(plan.arena_bytes, 1),), np.uint8)
         read = {plan.base(a.value) for s in plan.steps for a in s.inputs}
         read |= {plan.base(v) for v in plan.outputs}
-        self.constants: dict[str, np.ndarray] = prepare_constants(plan, read - set(plan.slots))
+        run = model_kernels(
+            plan, programs, prepare_constants(plan, read - set(plan.slots)), prepack=prepack
+        )
+        self.steps = run.steps  # the plan's, `task` an index into `kernels`, weights packed
+        self.constants: dict[str, np.ndarray] = run.constants
+        self._kernel_task = run.tasks
+        self.kernels: list[Kernel] = [
+            compile_program(p, self.target, symbol=f"loomtune_model_k{i}")
+            for i, p in enumerate(run.programs)
+        ]
+        self.arena = aligned_empty((max(plan.arena_bytes, 1),), np.uint8)
         self._inputs = [(name, self._array(plan, Arg(name, t.shape))) for name, t in plan.inputs]
         self._calls: list[Callable[[], int]] = [
             self.kernels[s.task].bind_call(
                 *(self._array(plan, a) for a in s.inputs), self._array(plan, s.output)
             )
-            for s in plan.steps
+            for s in self.steps
         ]
         self._outputs = [self._array(plan, Arg(v, plan.graph.types[v].shape)) for v in plan.outputs]
 
@@ -130,7 +140,7 @@ class CompiledModel:
         for i, call in enumerate(self._calls):
             rc = call()
             if rc != 0:
-                task = self.tasks[self.steps[i].task]
+                task = self.tasks[self._kernel_task[self.steps[i].task]]
                 raise KernelRuntimeError(
                     f"kernel {i} ({task.pattern}) failed with code {rc} (out of memory?)"
                 )

@@ -7,12 +7,14 @@ What goes into ``libN.so`` (linked by the system ``cc`` exactly as an exported
 kernel is, against libc, libm and libpthread only):
 
 - one object per distinct task, its kernel emitted as for the JIT
-  (``N_k0``, ``N_k1``, …: the task's stored schedule, else its default loop nest);
+  (``N_k0``, ``N_k1``, …: the task's stored schedule, else its default loop nest),
+  as the compiled model runs it (``codegen.model_prepack``: blocks of a schedule that
+  only repack a weight ran once at export, so the kernel reads the packed copy);
 - the driver (LLVM IR built here): copy the inputs into the arena, call the plan's
   steps in order on their arena or weight addresses, copy the outputs out; a kernel's
   non-zero status is returned at once;
 - the weights, as the kernels read them (the load-time nodes — an OIHW→HWIO
-  transpose, a folded Gemm transpose — already run), each at a 64-byte aligned
+  transpose, a folded Gemm transpose — and the packing prologues already run), each at a 64-byte aligned
   offset of one read-only blob the assembler includes from a file (``.incbin``):
   LLVM never sees the bytes. As an LLVM constant a weight costs its IR text (three
   characters a byte) and the compiler's copy: 128 MB of weights took 6 s and 1.5 GB
@@ -30,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,9 +52,10 @@ from codegen.export import (
 )
 from codegen.jit import LinkerNotFoundError, LinkError, compile_object, link_shared_library
 from codegen.model import prepare_constants
+from codegen.model_prepack import model_kernels
 from ir import dtype as dt
 from ir.graph.memory import ALIGNMENT
-from ir.graph.plan import ModelPlan
+from ir.graph.plan import ModelPlan, Step
 from ir.lower import lower
 from ir.program import Program
 from ir.target import Target
@@ -77,7 +80,7 @@ class ModelExport:
 
     library: Path
     header: Path
-    kernels: int  # distinct tasks, one function each
+    kernels: int  # kernel functions: one per distinct task (and set of constant arguments)
     steps: int  # kernel calls per inference
     weight_bytes: int
     arena_bytes: int
@@ -151,7 +154,12 @@ def _weights_asm(symbol: str, blob: Path, nbytes: int) -> str:
 
 
 def _driver_ir(
-    plan: ModelPlan, name: str, n_params: list[int], offsets: Mapping[str, int], has_weights: bool
+    plan: ModelPlan,
+    steps: Sequence[Step],
+    name: str,
+    n_params: list[int],
+    offsets: Mapping[str, int],
+    has_weights: bool,
 ) -> str:
     """``N_run_arena`` (the steps over a caller's arena) and ``N_run`` (over the library's)."""
     module = ll.Module(name=f"{name}_driver")
@@ -197,7 +205,7 @@ def _driver_ir(
     # 2. inputs in, 3. the steps, stopping at the first failed kernel, 4. outputs out
     for value, arg in zip(inputs, args):
         b.call(memcpy, [address(value), arg, nbytes(value)])
-    for step in plan.steps:
+    for step in steps:
         pointers = [address(a.value) for a in (*step.inputs, step.output)]
         rc = b.call(kernels[step.task], pointers)
         with b.if_then(b.icmp_signed("!=", rc, ll.Constant(I32, 0)), likely=False):
@@ -325,6 +333,7 @@ def export_model(
     output: str | os.PathLike,
     programs: Mapping[str, Program] | None = None,
     source: str = "an ONNX model",
+    prepack: bool = True,
 ) -> ModelExport:
     """Compile every task of ``plan`` (its scheduled program in ``programs``, else the default
     loop nest) for ``target`` and link them, the driver and the weights into ``output``;
@@ -334,7 +343,10 @@ def export_model(
     programs = programs or {}
     read = {plan.base(a.value) for s in plan.steps for a in s.inputs}
     read |= {plan.base(v) for v in plan.outputs}
-    constants = prepare_constants(plan, read - set(plan.slots))
+    run = model_kernels(
+        plan, programs, prepare_constants(plan, read - set(plan.slots)), prepack=prepack
+    )
+    constants = run.constants
     offsets, weight_bytes = _weight_layout(constants)
     if weight_bytes > MAX_WEIGHT_BYTES:
         raise ExportError(
@@ -345,20 +357,19 @@ def export_model(
     with tempfile.TemporaryDirectory(prefix="loomtune-export-") as tmp:
         folder = Path(tmp)
         objects, n_params = [], []
-        for i, t in enumerate(plan.tasks):
-            program = programs.get(t.task.key, t.task.program)
+        for i, program in enumerate(run.programs):
             n_params.append(len(program.params))
             path = folder / f"k{i}.o"
             path.write_bytes(_kernel_object(program, f"{name}_k{i}", target))
             objects.append(path)
-        text = _driver_ir(plan, name, n_params, offsets, bool(constants))
+        text = _driver_ir(plan, run.steps, name, n_params, offsets, bool(constants))
         if constants:
             blob = folder / "weights.bin"
             _write_weights(blob, constants, offsets)
             del constants  # only the file is needed now
             text += _weights_asm(f"{name}_weights", blob, weight_bytes)
         driver = folder / "driver.o"
-        kernels = [f"{name}_k{i}" for i in range(len(plan.tasks))]
+        kernels = [f"{name}_k{i}" for i in range(len(run.programs))]
         driver.write_bytes(compile_object(text, target, external=kernels))
         try:
             link_shared_library(
@@ -373,5 +384,5 @@ def export_model(
     except OSError as exc:
         raise ExportError(f"cannot write {header}: {exc.strerror or exc}") from None
     return ModelExport(
-        output, header, len(plan.tasks), len(plan.steps), weight_bytes, plan.arena_bytes
+        output, header, len(run.programs), len(plan.steps), weight_bytes, plan.arena_bytes
     )

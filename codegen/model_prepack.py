@@ -1,0 +1,116 @@
+"""A model's kernels with their weights pre-packed once, at load.
+
+A tuned kernel whose schedule packs a weight (`pack_panels`: a dense layer's W into
+column panels) would repack that constant on every call. `ir.prepack` splits such a
+program into a prologue (the packing, over the constants) and a main program reading
+the packed buffer; here every step's prologue runs once over that step's weights, and
+the step is rebound to the main kernel and the packed arrays. Both the compiled model
+and the exported library run what this returns, so they share the packed layout.
+
+A task may need several main programs: which of its arguments are constants depends on
+the step (a matmul of two activations packs nothing), so kernels are distinct per
+(task, constant arguments). Steps sharing a task and the same weights (tied weights)
+share one packed copy; an original weight that no kernel reads any more is dropped, so
+the packed copy replaces it rather than sitting beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from codegen.host import host_target
+from codegen.kernel import Kernel, compile_program
+from ir import dtype as dt
+from ir.arrays import aligned_empty
+from ir.graph.plan import ModelPlan, Step
+from ir.graph.tasks import Arg
+from ir.prepack import hoist_constant_blocks
+from ir.program import Program
+
+__all__ = ["ModelKernels", "model_kernels"]
+
+
+@dataclass(frozen=True)
+class ModelKernels:
+    """What a model runs: distinct kernel programs, the steps calling them, their weights."""
+
+    programs: tuple[Program, ...]  # one per (task, constant arguments)
+    tasks: tuple[int, ...]  # per program: the plan task it computes
+    steps: tuple[Step, ...]  # the plan's steps, `task` an index into `programs`
+    constants: dict[str, np.ndarray]  # every weight a step reads, packed ones included
+    packed: int  # packed copies made at load
+
+
+def model_kernels(
+    plan: ModelPlan,
+    programs: Mapping[str, Program],
+    constants: dict[str, np.ndarray],
+    *,
+    prepack: bool = True,
+) -> ModelKernels:
+    """The plan's steps on `programs` (by task key, else each task's own program), with every
+    block that only rearranges a step's weights run once here (`prepack`). `constants` are
+    the weights as `codegen.model.prepare_constants` returns them; the result's replace them."""
+    constants = dict(constants)
+    variants: dict[tuple[int, frozenset[str]], int] = {}
+    splits: list[tuple[Program | None, Program]] = []
+    tasks: list[int] = []
+    prologues: dict[int, Kernel] = {}
+    packed: dict[tuple[int, tuple[str, ...]], dict[str, Arg]] = {}
+    steps: list[Step] = []
+    for step in plan.steps:
+        task = plan.tasks[step.task].task
+        program = programs.get(task.key, task.program)
+        args = {b.name: a for b, a in zip(program.inputs, step.inputs)}
+        const = frozenset(
+            name for name, a in args.items() if prepack and plan.base(a.value) in constants
+        )
+        vkey = (step.task, const)
+        if vkey not in variants:
+            variants[vkey] = len(splits)
+            splits.append(hoist_constant_blocks(program, const) if const else (None, program))
+            tasks.append(step.task)
+        v = variants[vkey]
+        prologue, main = splits[v]
+        if prologue is not None:
+            weights = tuple(plan.base(args[b.name].value) for b in prologue.inputs)
+            if (v, weights) not in packed:
+                if v not in prologues:  # bit copies: the host runs them for any target
+                    prologues[v] = compile_program(
+                        prologue, host_target(1), symbol=f"loomtune_prologue_{v}"
+                    )
+                packed[(v, weights)] = _run_prologue(
+                    prologues[v], prologue, [args[b.name] for b in prologue.inputs], plan, constants
+                )
+            args |= packed[(v, weights)]
+        steps.append(Step(v, tuple(args[b.name] for b in main.inputs), step.output))
+    read = {plan.base(a.value) for s in steps for a in s.inputs}
+    read |= {plan.base(v) for v in plan.outputs}
+    kept = {k: a for k, a in constants.items() if k in read}
+    return ModelKernels(
+        tuple(main for _, main in splits), tuple(tasks), tuple(steps), kept, len(packed)
+    )
+
+
+def _run_prologue(
+    kernel: Kernel,
+    prologue: Program,
+    inputs: list[Arg],
+    plan: ModelPlan,
+    constants: dict[str, np.ndarray],
+) -> dict[str, Arg]:
+    """Run one prologue over a step's weights; its outputs become new constants (by a name
+    no graph value has), returned as the arguments that replace its buffers."""
+    outs = [aligned_empty(b.concrete_shape(), dt.to_numpy(b.dtype)) for b in prologue.outputs]
+    kernel(*(constants[plan.base(a.value)].reshape(a.shape) for a in inputs), *outs)
+    result: dict[str, Arg] = {}
+    for b, array in zip(prologue.outputs, outs):
+        name = f"{plan.base(inputs[0].value)}#{b.name}"
+        while name in constants:
+            name += "'"
+        constants[name] = array
+        result[b.name] = Arg(name, array.shape)
+    return result
