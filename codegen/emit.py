@@ -47,6 +47,7 @@ from ir.program import (
     BufferStore,
     For,
     IfThenElse,
+    IntrinsicArg,
     IntrinsicCall,
     Program,
     SeqStmt,
@@ -362,7 +363,7 @@ def _captures(f: FunctionEmitter, loop: For) -> tuple[list[str], list[Var]]:
     inner_allocs = {n.buffer.name for n in walk(loop.body) if isinstance(n, Allocate)}
     buffers: list[str] = []
     for n in walk(loop.body):
-        if isinstance(n, Load | BufferStore):
+        if isinstance(n, Load | BufferStore | IntrinsicArg):
             name = n.buffer.name
             if name not in inner_allocs and name not in buffers and name in f.scope.buffers:
                 buffers.append(name)
