@@ -3,11 +3,16 @@ CPU has them), the AMX permission guard, and refusals for targets without the fe
 
 from __future__ import annotations
 
+import ctypes
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from codegen.amx import request_amx_permission
+from codegen.amx import AMX_DENIED, request_amx_permission
 from codegen.emit import emit_module
+from codegen.export import export_kernel
 from codegen.host import host_target
 from codegen.intrinsics import IntrinsicFeatureError
 from codegen.jit import compile_object
@@ -117,3 +122,25 @@ def test_amx_bf16_kernel_compiles_to_tdpbf16ps() -> None:
     target = Target.parse("llvm -mcpu=sapphirerapids -mattr=+avx512f,+amx-tile,+amx-bf16")
     asm = assembly(sch.program, target)
     assert "tdpbf16ps" in asm and "tileloadd" in asm
+
+
+def test_exported_amx_library_asks_for_tiles_before_its_first_tile_instruction(
+    tmp_path: Path,
+) -> None:
+    """The .so's constructor makes the request; here (no AMX) the call returns AMX_DENIED
+    instead of dying, and on an AMX machine it computes the product."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler driver (cc) to link a shared library")
+    program = amx_matmul()
+    target = HOST if HOST.has_feature("amx-tile") else SAPPHIRE
+    export_kernel(program, target, symbol="amx_mm", fmt="so", output=tmp_path / "amx.so")
+    lib = ctypes.CDLL(str(tmp_path / "amx.so"))
+    task = library_task("matmul_int8", {"m": 32, "n": 32, "k": 128})
+    a, b = task.make_inputs()
+    c = np.zeros((32, 32), np.int32)
+    rc = lib.amx_mm(*(ctypes.c_void_p(x.ctypes.data) for x in (a, b, c)))
+    if HOST.has_feature("amx-tile"):
+        assert rc == 0
+        np.testing.assert_array_equal(c, task.reference([a, b])[0])
+    else:
+        assert rc == AMX_DENIED and not c.any()
