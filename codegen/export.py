@@ -374,7 +374,11 @@ def _compile(program: Program, target: Target, symbol: str) -> CompiledModule:
     """Lower, emit and compile exactly as :func:`codegen.kernel.compile_program` does."""
     lowered = lower(program)
     text = emit_module(
-        lowered, symbol, num_threads=target.num_threads, vector_bits=target.vector_bits
+        lowered,
+        symbol,
+        num_threads=target.num_threads,
+        vector_bits=target.vector_bits,
+        features=target.features,
     )
     # emit's `declare` reuses a global of the same name: a kernel named like a
     # function it calls would call itself. _LIBRARY_NAMES covers today's calls;

@@ -147,6 +147,7 @@ class Measurer:
                 program.name,
                 num_threads=target.num_threads,
                 vector_bits=target.vector_bits,
+                features=target.features,
             )
             t3 = time.perf_counter()
             kernel = Kernel(program, lowered, compile_ir(text, target), program.name)
