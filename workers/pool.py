@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import queue
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -66,10 +67,29 @@ class LocalPool:
             for s in slots
         ]
         self._free: queue.Queue[MeasureProcess] = queue.Queue()
-        for p in self.processes:
-            self._free.put(p)
         self._executor = ThreadPoolExecutor(len(self.processes), thread_name_prefix="loomtune-slot")
         self._closed = False
+        self._lock = threading.Lock()
+        self._started: list[MeasureProcess] = []
+        # Each process starts now, in its slot's thread (first in the executor's queue, so
+        # before any candidate): its imports (~0.5 s of numpy and llvmlite) overlap the
+        # search's first proposal instead of following it.
+        for p in self.processes:
+            self._executor.submit(self._start, p)
+
+    def _start(self, process: MeasureProcess) -> None:
+        try:
+            process.start()
+        except Exception:  # measure() starts it again and reports the failure there
+            process.kill()
+        with self._lock:  # close() kills the started ones; one closed meanwhile dies here
+            closed = self._closed
+            if not closed:
+                self._started.append(process)
+        if closed:
+            process.kill()
+        else:
+            self._free.put(process)
 
     @property
     def slots(self) -> int:
@@ -98,9 +118,11 @@ class LocalPool:
         ]
 
     def close(self) -> None:
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            started = list(self._started)
         self._executor.shutdown(wait=False, cancel_futures=True)
-        for p in self.processes:
+        for p in started:
             p.kill()
 
     def __enter__(self) -> LocalPool:

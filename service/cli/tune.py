@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from service.cli.baseline import vs_text, with_baseline
@@ -76,7 +78,6 @@ def add_tune_parser(sub: Any) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from service.tuning import tune_task
     from tuner.search.stopping import stopping_rules
 
     if args.plot is not None and not args.plot.lower().endswith(".png"):
@@ -102,13 +103,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
     log(
         f"tuning {task.op} {params_text(task.params)}: {args.trials} trials, {args.threads} thread(s)"
     )
-    with _progress(args.trials) as on_trial, graceful_interrupt() as should_stop:
+    with (
+        _progress(args.trials) as on_trial,
+        graceful_interrupt() as should_stop,
+        _measurement(args) as runner,
+    ):
+        from service.tuning import tune_task
+
         outcome = tune_task(
             task,
             threads=args.threads,
             trials=args.trials,
             strategy=args.strategy,
             seed=args.seed,
+            runner=runner,
             on_trial=on_trial,
             should_stop=should_stop,
             stop_rule=stopping_rules(args.time_budget, args.early_stop),
@@ -227,7 +235,6 @@ def load_tasks_file(path: str) -> list[tuple[Any, float]]:
 
 
 def _cmd_tune_tasks(args: argparse.Namespace) -> int:
-    from service.tuning import tune_tasks
     from tuner.search.stopping import stopping_rules
 
     tasks = load_tasks_file(args.tasks)
@@ -235,13 +242,20 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
     log(
         f"tuning {len(tasks)} workloads under one budget of {args.trials} trials, {args.threads} thread(s)"
     )
-    with _progress(args.trials) as on_trial, graceful_interrupt() as should_stop:
+    with (
+        _progress(args.trials) as on_trial,
+        graceful_interrupt() as should_stop,
+        _measurement(args) as runner,
+    ):
+        from service.tuning import tune_tasks
+
         outcome = tune_tasks(
             tasks,
             threads=args.threads,
             trials=args.trials,
             strategy=args.strategy,
             seed=args.seed,
+            runner=runner,
             on_trial=on_trial,
             should_stop=should_stop,
             stop_rule=stopping_rules(args.time_budget, args.early_stop),
@@ -270,6 +284,21 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
         log("loomtune: a workload has no correct kernel")
         return EXIT_INCORRECT
     return 0
+
+
+@contextmanager
+def _measurement(args: argparse.Namespace) -> Iterator[Any]:
+    """The measurement processes and the search's helper processes, started before the
+    tuner's own imports and the database: their start-up (each imports numpy and llvmlite)
+    then overlaps this process's instead of following it."""
+    from tuner.search.pool import start_helpers
+    from tuner.search.strategy import default_strategy
+    from workers.pool import LocalPool
+
+    if (args.strategy or default_strategy()) == "evolutionary":  # the one with helpers
+        start_helpers()
+    with LocalPool(threads=args.threads) as pool:
+        yield pool
 
 
 class graceful_interrupt:
