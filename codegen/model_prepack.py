@@ -105,6 +105,8 @@ def _run_prologue(
     """Run one prologue over a step's weights; its outputs become new constants (by a name
     no graph value has), returned as the arguments that replace its buffers."""
     outs = [aligned_empty(b.concrete_shape(), dt.to_numpy(b.dtype)) for b in prologue.outputs]
+    for a in outs:  # elements a layout leaves unwritten (nobody reads them) are zeros, not noise
+        a.fill(0)
     kernel(*(constants[plan.base(a.value)].reshape(a.shape) for a in inputs), *outs)
     result: dict[str, Arg] = {}
     for b, array in zip(prologue.outputs, outs):

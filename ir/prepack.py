@@ -13,8 +13,8 @@ model, that copy is the same on every call, so it can be split off:
 
 A block is hoisted when it is a plain copy of constants into an intermediate: one store,
 no init, it reads only `constant_inputs`, it is the only writer of the buffer, it writes
-each point of its domain once (its store's indices are distinct iteration variables
-covering every one of them) and its reads stay inside their buffers over its whole
+each point of its domain to a distinct element (every iteration variable can be read
+back from its store's indices) and its reads stay inside their buffers over its whole
 domain. Re-nested at the root over that whole domain (its iteration variables keep their
 domains; only their bindings change to fresh loops), it computes every element any
 iteration of the original could have, with the same arithmetic: so
@@ -31,7 +31,7 @@ from dataclasses import replace
 
 from ir.arith import bound
 from ir.errors import LoomtuneError
-from ir.expr import Const, IterVar, Load, Var
+from ir.expr import Binary, Const, Expr, IterVar, Load, Var
 from ir.node import walk
 from ir.program import (
     TRUE,
@@ -117,9 +117,7 @@ def hoistable_reason(
         return "reads something that is not a constant input"
     if any(rd.buffer.name not in constant for rd in block.reads):
         return "reads something that is not a constant input"
-    store = block.body
-    ivars = [iv.var for iv in block.iter_vars]
-    if len(set(store.indices)) != len(store.indices) or set(store.indices) != set(ivars):
+    if not _one_to_one(block.body.indices, [iv.var for iv in block.iter_vars]):
         return "does not write each point of its domain once"
     domain = _domain(block.iter_vars)
     if domain is None:
@@ -130,6 +128,26 @@ def hoistable_reason(
             if rng is None or rng[0] < 0 or rng[1] >= size:
                 return f"its read of {ld.buffer.name} is not provably in bounds"
     return None
+
+
+def _one_to_one(indices: tuple[Expr, ...], ivars: list[Var]) -> bool:
+    """Whether every iteration variable can be read back from the store's indices: it is
+    an index itself, or both `v // c` and `v % c` are (v = c·(v // c) + v % c) — the
+    copies `pack_panels` and `transform_layout`'s panel and VNNI maps write. Then no two
+    points of the domain write the same element."""
+    plain = {e for e in indices if isinstance(e, Var)}
+    parts: dict[tuple[Var, int], set[str]] = {}
+    for e in indices:
+        if (
+            isinstance(e, Binary)
+            and e.op in ("floordiv", "floormod")
+            and isinstance(e.a, Var)
+            and isinstance(e.b, Const)
+            and int(e.b.value) > 0
+        ):
+            parts.setdefault((e.a, int(e.b.value)), set()).add(e.op)
+    split = {v for (v, _), ops in parts.items() if ops == {"floordiv", "floormod"}}
+    return set(ivars) <= plain | split
 
 
 def _written(r: BlockRealize) -> str:

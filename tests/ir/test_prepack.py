@@ -8,13 +8,14 @@ import pytest
 
 from codegen.host import host_target
 from codegen.kernel import compile_program
-from ir.expr import Binary
+from ir.expr import Binary, Const
 from ir.lower import lower
 from ir.node import Node, map_children, walk
 from ir.prepack import PrepackError, hoist_constant_blocks, hoistable_reason
 from ir.printer import print_program
 from ir.program import For, Program
 from ir.schedule import Schedule
+from ir.schedule.layout import IndexMap, panel_map
 from ir.schedule.state import all_blocks, replace_realize
 from ir.task import Task, library_task
 
@@ -83,6 +84,40 @@ def test_dense_keeps_its_bias_and_leaves_a_non_constant_pack_in_place() -> None:
     assert [b.name for b in main.inputs] == ["X", "bias", "W_packed"]
     assert [b.name for b in main.allocs] == ["XW", "X_packed"]
     assert {r.block.name for r in all_blocks(main)} == {"X_packed", "XW", "Y"}
+
+
+@pytest.mark.parametrize(
+    "index_map",
+    [
+        panel_map(16),
+        IndexMap.from_callable(2, lambda k, n: (n // 16, k // 4, n % 16, k % 4)),  # VNNI's B
+    ],
+    ids=["panels", "vnni"],
+)
+def test_a_transform_layout_copy_is_hoisted_too(index_map: IndexMap) -> None:
+    task = library_task("matmul", {"m": 5, "n": 32, "k": 12})
+    sch = Schedule(task.program)
+    sch.transform_layout("C", "B", index_map)
+    _, main = _check_split(task, sch.program, {"B"})
+    assert [b.name for b in main.inputs] == ["A", "B_packed"]
+
+
+def test_a_copy_two_points_of_which_land_on_one_element_stays() -> None:
+    task = library_task("matmul", {"m": 4, "n": 32, "k": 8})
+    sch = Schedule(task.program)
+    sch.transform_layout("C", "B", lambda k, n: (n // 16, k, n % 16))
+    program = sch.program
+
+    def collide(n: Node) -> Node:  # B_packed[n // 16, k, n % 16] -> B_packed[n // 16, k, 0]
+        if isinstance(n, Binary) and n.op == "floormod":
+            return Const(0, "int64")
+        return map_children(n, collide)
+
+    program = replace_realize(program, "B_packed", collide)  # type: ignore[arg-type]
+    r = next(r for r in all_blocks(program) if r.block.name == "B_packed")
+    assert hoistable_reason(r, {"B"}, {"B_packed"}, 1) == (
+        "does not write each point of its domain once"
+    )
 
 
 def test_nothing_constant_nothing_hoisted() -> None:
