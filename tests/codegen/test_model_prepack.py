@@ -8,8 +8,10 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from codegen.host import host_target
 from codegen.model import CompiledModel
@@ -113,3 +115,37 @@ def test_the_exported_library_embeds_the_packed_weights(encoder, tmp_path: Path)
     for out, ref, same in zip(outs, run_graph(graph, xs), CompiledModel(plan, programs)(*xs)):
         within_tolerance(out, ref)
         assert np.array_equal(out, same)  # the same kernels on the same packed weights
+
+
+def _shared_task_model() -> onnx.ModelProto:
+    """y = ((x @ W) @ x) @ W: one matmul task, its B a weight in two steps (the same one:
+    tied) and an activation in the third."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.uniform(-0.3, 0.3, (32, 32)).astype(np.float32), "W")
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["a"]),
+        helper.make_node("MatMul", ["a", "x"], ["b"]),
+        helper.make_node("MatMul", ["b", "W"], ["y"]),
+    ]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [32, 32]) for n in ("x", "y")]
+    graph = helper.make_graph(nodes, "shared", [io[0]], [io[1]], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_task_with_a_weight_in_some_steps_only_and_tied_weights() -> None:
+    graph = load_onnx(_shared_task_model())
+    plan = build_plan(graph)
+    assert len(plan.tasks) == 1 and len(plan.steps) == 3
+    programs = _packed_programs(plan)
+    model = CompiledModel(plan, programs)
+    # two kernels of the one task: B pre-packed, and B an activation packed per call
+    assert len(model.kernels) == 2
+    assert [b.name for b in model.kernels[0].program.inputs] == ["A", "B_packed"]
+    assert [b.name for b in model.kernels[1].program.allocs] == ["B_packed"]
+    assert [model.steps[i].task for i in range(3)] == [0, 1, 0]
+    assert list(model.constants) == ["W#B_packed"]  # one packed copy for both steps; W gone
+    x = np.random.default_rng(1).uniform(-1, 1, (32, 32)).astype(np.float32)
+    (out,) = model(x)
+    (same,) = CompiledModel(plan, programs, prepack=False)(x)
+    assert np.array_equal(out, same)
+    within_tolerance(out, run_graph(graph, [x])[0])
