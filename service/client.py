@@ -4,6 +4,7 @@
     with loomtune.Client("http://tuner:8000", token="lt_...") as c:
         job = c.submit("matmul", {"m": 512, "n": 512, "k": 512}, trials=256)
         job = c.wait(job["id"], on_progress=lambda j: print(j["trials_done"]))
+        job = c.submit_model("bert.onnx", trials=512)      # the structure only: no weights sent
         best = c.best("matmul", {"m": 512, "n": 512, "k": 512})
         open("mm.trace.json", "w").write(json.dumps(best["trace_file"]))   # `loomtune apply` replays it
 
@@ -108,6 +109,17 @@ def _int_param(name: str, value: Any) -> int:
         raise LoomtuneError(f"parameter {name} must be an integer, got {value!r}") from None
 
 
+def stripped_model(model: str | os.PathLike | Any) -> dict[str, Any]:
+    """The `loomtune.graph/1` document of an ONNX file or a graph: its structure, no weights."""
+    from frontend.stripped import strip_graph
+
+    if isinstance(model, str | os.PathLike):
+        from frontend.onnx import load_onnx
+
+        model = load_onnx(model)
+    return strip_graph(model)
+
+
 class Client:
     """A coordinator's REST API. Use it as a context manager, or call `close()`.
 
@@ -206,6 +218,29 @@ class Client:
         """Queue a tuning job; the job (201). `target="host"` means the CPU of the coordinator's workers."""
         body: dict[str, Any] = {
             "workload": workload_spec(workload, params),
+            "target": target,
+            "trials": trials,
+        }
+        if strategy is not None:
+            body["strategy"] = strategy
+        if seed is not None:
+            body["seed"] = seed
+        return self.request("POST", "/v1/jobs", json_body=body)
+
+    def submit_model(
+        self,
+        model: str | os.PathLike | Any,
+        *,
+        trials: int,
+        target: str = "host",
+        strategy: str | None = None,
+        seed: int | None = None,
+    ) -> dict[str, Any]:
+        """Queue a model job: the distinct tasks of an ONNX model (a path, or an imported
+        `ir.graph.Graph`) tuned under one budget of `trials`. Only the model's structure is
+        sent (`frontend.stripped`): weights travel as shapes and dtypes, never as data."""
+        body: dict[str, Any] = {
+            "model": stripped_model(model),
             "target": target,
             "trials": trials,
         }

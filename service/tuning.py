@@ -336,6 +336,76 @@ def _best_ms(database: Database, key: str, target: str) -> float | None:
     return best.median_ms
 
 
+def task_states(
+    database: Database, tasks: Sequence[tuple[str, str, str, int]], target: str
+) -> list[ModelTaskState]:
+    """The state of each (key, op, pattern, count) of a model on `target`: the trials stored
+    for it and its stored best."""
+    stored = stored_trials(database, [key for key, *_ in tasks], target)
+    return [
+        ModelTaskState(key, op, pattern, count, stored[key], _best_ms(database, key, target))
+        for key, op, pattern, count in tasks
+    ]
+
+
+def schedule_model_tasks(
+    tasks: Sequence[Task],
+    states: Sequence[ModelTaskState],
+    *,
+    target: str,
+    space_of: Callable[[Task], DesignSpace],
+    database: Database,
+    runner: Runner,
+    trials: int,
+    strategy: str,
+    seed: int,
+    on_trial: Callable[[int, Trial], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    stop_rule: StopRuleLike | None = None,
+) -> tuple[Any, int]:
+    """Spend `trials` over a model's tasks with the task scheduler, each weighted by how
+    often it runs; `states` (`task_states`) are updated as results arrive and
+    `on_trial(task index, trial)` follows. The scheduler and the trials done.
+
+    What is stored is where the scheduler starts: no warm-up batch for a task that has
+    records, and its weighted latency known from the first decision. `tune --model` runs
+    this with the local pool, the coordinator's model jobs with remote workers.
+    """
+    from tuner.search.task_scheduler import SchedulerConfig, TaskScheduler, scheduled_tasks
+
+    scheduled = scheduled_tasks(
+        [(t, float(s.count)) for t, s in zip(tasks, states)],
+        target=target,
+        database=database,
+        space_of=space_of,
+        strategy=strategy,
+        seed=seed,
+    )
+    index = {id(s): i for i, s in enumerate(scheduled)}
+    for s, state in zip(scheduled, states):
+        s.run.history = [state.best_ms] * state.stored
+
+    def count(s: Any, trial: Trial) -> None:
+        i = index[id(s)]
+        state = states[i]
+        state.trials_done += 1
+        ms = trial.result.median_ms if trial.result.ok else None
+        if ms is not None and (state.best_ms is None or ms < state.best_ms):
+            state.best_ms = ms
+        if on_trial is not None:
+            on_trial(i, trial)
+
+    scheduler = TaskScheduler(
+        scheduled,
+        target=target,
+        runner=runner,
+        database=database,
+        config=SchedulerConfig(seed=seed),
+    )
+    done = scheduler.run(trials, on_trial=count, should_stop=should_stop, stop_rule=stop_rule)
+    return scheduler, done
+
+
 def _shares(tasks: Sequence[ModelTaskState]) -> None:
     total = sum(t.count * t.best_ms for t in tasks if t.best_ms is not None)
     for t in tasks:
@@ -379,20 +449,12 @@ class ModelTuning:
         self.seed = seed
         self.strategy = strategy or default_strategy()
         self.database = database
-        keys = [t.task.key for t in self.plan.tasks]
-        stored = stored_trials(database, keys, self.canonical)
-        self.tasks = [
-            ModelTaskState(
-                t.task.key,
-                t.op,
-                t.pattern,
-                t.count,
-                stored[t.task.key],
-                _best_ms(database, t.task.key, self.canonical),
-            )
-            for t in self.plan.tasks
-        ]
-        self.remaining = max(0, trials - sum(stored.values()))
+        self.tasks = task_states(
+            database,
+            [(t.task.key, t.op, t.pattern, t.count) for t in self.plan.tasks],
+            self.canonical,
+        )
+        self.remaining = max(0, trials - sum(t.stored for t in self.tasks))
         self.runs: list[TuneRun | None] = [None] * len(self.tasks)
         self.interrupted = False
         self.stopped_by: str | None = None
@@ -410,50 +472,28 @@ class ModelTuning:
         the task's `best_ms` already updated. How many trials were done."""
         import time
 
-        from tuner.search.task_scheduler import SchedulerConfig, TaskScheduler, scheduled_tasks
-
         if self.remaining == 0:
             return 0
         start = time.perf_counter()
-        scheduled = scheduled_tasks(
-            [(t.task, float(t.count)) for t in self.plan.tasks],
-            target=self.canonical,
-            database=self.database,
-            space_of=lambda t: make_space(t, self.target),
-            strategy=self.strategy,
-            seed=self.seed,
-        )
-        index = {id(s): i for i, s in enumerate(scheduled)}
-        for s, state in zip(scheduled, self.tasks):
-            # What is stored is where the scheduler starts: no warm-up batch for a task that
-            # has records, and its weighted latency known from the first decision.
-            s.run.history = [state.best_ms] * state.stored
-
-        def count(s: Any, trial: Trial) -> None:
-            i = index[id(s)]
-            state = self.tasks[i]
-            state.trials_done += 1
-            ms = trial.result.median_ms if trial.result.ok else None
-            if ms is not None and (state.best_ms is None or ms < state.best_ms):
-                state.best_ms = ms
-            if on_trial is not None:
-                on_trial(i, trial)
-
         own_runner = runner is None
         if runner is None:
             from workers.pool import LocalPool
 
             runner = LocalPool(threads=self.target.num_threads)
-        scheduler = TaskScheduler(
-            scheduled,
-            target=self.canonical,
-            runner=runner,
-            database=self.database,
-            config=SchedulerConfig(seed=self.seed),
-        )
         try:
-            done = scheduler.run(
-                self.remaining, on_trial=count, should_stop=should_stop, stop_rule=stop_rule
+            scheduler, done = schedule_model_tasks(
+                [t.task for t in self.plan.tasks],
+                self.tasks,
+                target=self.canonical,
+                space_of=lambda t: make_space(t, self.target),
+                database=self.database,
+                runner=runner,
+                trials=self.remaining,
+                strategy=self.strategy,
+                seed=self.seed,
+                on_trial=on_trial,
+                should_stop=should_stop,
+                stop_rule=stop_rule,
             )
         finally:
             if own_runner:
@@ -461,7 +501,7 @@ class ModelTuning:
             self.seconds += time.perf_counter() - start
         self.interrupted = scheduler.interrupted
         self.stopped_by = scheduler.stopped_by
-        self.runs = [s.run for s in scheduled]
+        self.runs = [s.run for s in scheduler.tasks]
         return done
 
     def finish(self, *, check: bool = True, timing: bool = True) -> ModelTuneResult:

@@ -1,5 +1,9 @@
 """`loomtune jobs submit|list|show|cancel` and `loomtune best --coordinator URL`: a coordinator over HTTP.
 
+`jobs submit --model FILE.onnx` sends the model's structure without its weights
+(`frontend.stripped`); the coordinator tunes its distinct tasks under one budget and
+`jobs show` prints each task's trials, best and share of the model's time.
+
 The coordinator is `--coordinator URL` or LOOMTUNE_COORDINATOR, the token
 `--token T` or LOOMTUNE_TOKEN (a client token; an admin's sees every job).
 All of it goes through `service.client.Client`; a refusal of the API prints
@@ -26,7 +30,19 @@ from service.cli.common import (
 
 JOB_FIELDS = ("id", "status", "trials", "trials_done", "best_latency_ms", "error", "waiting_reason")
 """The fields of `jobs submit --json` and `jobs show --json` (DESIGN.md); a few more follow them."""
-EXTRA_FIELDS = ("op", "params", "workload_key", "target", "strategy", "seed", "best_record_id")
+EXTRA_FIELDS = (
+    "note",
+    "op",
+    "params",
+    "workload_key",
+    "target",
+    "strategy",
+    "seed",
+    "best_record_id",
+    "model",
+)
+TASK_FIELDS = ("key", "op", "pattern", "count", "job_id", "trials", "best_ms", "share")
+"""A model job's per-task fields in --json (`model.tasks`)."""
 EXIT_JOB_FAILED = 1
 
 
@@ -47,11 +63,16 @@ def add_jobs_parsers(sub: Any) -> None:
         "--workload", dest="workload_file", metavar="FILE.json", help="custom workload definition"
     )
     submit.add_argument(
+        "--model",
+        metavar="FILE.onnx",
+        help="tune a model's distinct tasks under one budget (its weights are not sent)",
+    )
+    submit.add_argument(
         "--trials",
         type=positive_int,
         default=64,
         metavar="N",
-        help="measurements to make (default 64)",
+        help="measurements to make (default 64; for --model, the whole model's)",
     )
     submit.add_argument(
         "--target",
@@ -105,20 +126,32 @@ def make_client(args: argparse.Namespace) -> Any:
 def job_json(job: dict[str, Any]) -> dict[str, Any]:
     """The command's JSON for a job: DESIGN.md's fields first, then a few more."""
     workload = job.get("workload") or {}
+    model = job.get("model")
     out = {k: job.get(k) for k in JOB_FIELDS}
     out.update(
-        op=workload.get("op"),
+        note=job.get("note"),
+        op=workload.get("op") if not model else "model",
         params=workload.get("params"),
         workload_key=workload.get("key"),
         target=job.get("target"),
         strategy=job.get("strategy"),
         seed=job.get("seed"),
         best_record_id=job.get("best_record_id"),
+        model=None
+        if not model
+        else {
+            "name": model["name"],
+            "model_key": model["model_key"],
+            "tasks": [{k: t.get(k) for k in TASK_FIELDS} for t in model["tasks"]],
+        },
     )
     return out
 
 
 def _describe(job: dict[str, Any]) -> str:
+    model = job.get("model")
+    if model:
+        return f"model {model['name']} ({len(model['tasks'])} tasks)"
     workload = job.get("workload") or {}
     params = " ".join(f"{k}={v}" for k, v in (workload.get("params") or {}).items())
     return f"{workload.get('op', '?')} {params}".strip()
@@ -146,19 +179,20 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 def _submit(args: argparse.Namespace) -> int:
 
-    if args.workload_file is None and not args.workload:
-        raise UsageError("name an operator (see `loomtune ops`) or pass --workload FILE.json")
-    op, params = parse_workload_args(args.workload, args.workload_file)
-    workload: Any = Path(args.workload_file) if op is None else op
-    with make_client(args) as client:
-        job = client.submit(
-            workload,
-            params,
-            trials=args.trials,
-            target=args.target,
-            strategy=args.strategy,
-            seed=args.seed,
+    if args.model is not None and (args.workload or args.workload_file):
+        raise UsageError("--model tunes a whole model: name no operator or --workload with it")
+    if args.model is None and args.workload_file is None and not args.workload:
+        raise UsageError(
+            "name an operator (see `loomtune ops`), or pass --workload FILE.json or --model FILE.onnx"
         )
+    options = dict(trials=args.trials, target=args.target, strategy=args.strategy, seed=args.seed)
+    with make_client(args) as client:
+        if args.model is not None:
+            job = client.submit_model(args.model, **options)
+        else:
+            op, params = parse_workload_args(args.workload, args.workload_file)
+            workload: Any = Path(args.workload_file) if op is None else op
+            job = client.submit(workload, params, **options)
         log(
             f"submitted job {job['id']}: {_describe(job)}, {job['trials']} trials on {short_target(job['target'])} ({job['status']})"
         )
@@ -250,14 +284,32 @@ def _print_job(job: dict[str, Any]) -> None:
     print(
         f"status: {job['status']}   trials: {job['trials_done']}/{job['trials']}   strategy: {job.get('strategy')}"
     )
-    print(
-        f"best: {_best_text(job)}"
-        + (f" (record {job['best_record_id']})" if job.get("best_record_id") else "")
-    )
+    if job.get("model"):
+        print(f"best: {_best_text(job)} (the sum over its tasks of count × best)")
+    else:
+        print(
+            f"best: {_best_text(job)}"
+            + (f" (record {job['best_record_id']})" if job.get("best_record_id") else "")
+        )
     if job.get("waiting_reason"):
         print(f"waiting: {job['waiting_reason']}")
+    if job.get("note"):
+        print(f"note: {job['note']}")
     if job.get("error"):
         print(f"error: {job['error']}")
+    if job.get("model"):
+        _print_tasks(job["model"]["tasks"])
+
+
+def _print_tasks(tasks: list[dict[str, Any]]) -> None:
+    """A model job's tasks: trials, best and share of the model's time each."""
+    print(f"{'task':<14} {'pattern':<32} {'count':>5} {'trials':>6} {'best':>12} {'share':>6}")
+    for t in tasks:
+        best = f"{t['best_ms']:.4f} ms" if t.get("best_ms") is not None else "-"
+        share = f"{100 * t['share']:.1f}%" if t.get("share") is not None else "-"
+        print(
+            f"{t['key'][:12]:<14} {t['pattern'][:32]:<32} {t['count']:>5} {t['trials']:>6} {best:>12} {share:>6}"
+        )
 
 
 def _list(args: argparse.Namespace) -> int:

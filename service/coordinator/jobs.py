@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 
 from service.coordinator.errors import Conflict, Forbidden, Invalid, NotFound, TooMany
 from service.coordinator.records import best_of_jobs, record_by_id, record_of_trace, records_of_job
+from service.coordinator.targets import bind_host_jobs, host_waiting_reason, target_id
 from service.coordinator.tokens import Caller
 from service.db import models as m
 from service.db.session import as_utc, as_utc_or_none
@@ -49,12 +50,6 @@ FINISHED = ("succeeded", "failed", "cancelled")
 CANDIDATE_STATUSES = ("pending", "leased", "done", "cancelled")
 
 MAX_OP_NAME = 128
-MAX_TARGET = 2048
-MAX_CPU = 128
-MAX_THREADS = 1024
-"""The most threads a target may name: more than any worker this runs on has cores (and
-`targets.threads` is a 32-bit integer)."""
-
 
 # -- validating a submission --------------------------------------------------------------
 
@@ -92,20 +87,6 @@ def resolve_task(spec: Mapping[str, Any], loc: tuple[str, ...] = ("body", "workl
     return task
 
 
-def check_target_size(parsed: Any, loc: tuple[str | int, ...]) -> str:
-    """The canonical spelling of a parsed target, refused (422) when too long or too wide."""
-    if not 1 <= parsed.num_threads <= MAX_THREADS:
-        raise Invalid(
-            loc, f"-num-threads must be between 1 and {MAX_THREADS}, got {parsed.num_threads}"
-        )
-    canonical = parsed.canonical()
-    if len(canonical) > MAX_TARGET or len(parsed.cpu) > MAX_CPU:
-        raise Invalid(
-            loc, f"target too long (cpu at most {MAX_CPU}, target at most {MAX_TARGET} characters)"
-        )
-    return canonical
-
-
 def known_strategies() -> tuple[list[str], str]:
     """The strategies the tuner registers, and the default (evolutionary once it exists)."""
     from tuner.search.strategy import STRATEGIES, default_strategy
@@ -121,72 +102,6 @@ def resolve_strategy(name: str | None, loc: tuple[str, ...] = ("body", "strategy
     if name not in known:
         raise Invalid(loc, f"unknown strategy {name!r}; known: {', '.join(known)}")
     return name
-
-
-def served_targets(session: Session, *, alive_seconds: float) -> list[str]:
-    """Canonical targets of live workers (else of every registered worker), sorted."""
-    alive_since = utc_now() - timedelta(seconds=alive_seconds)
-    base = select(m.Target.canonical).join(m.Worker, m.Worker.target_id == m.Target.id).distinct()
-    alive = sorted(session.scalars(base.where(m.Worker.last_heartbeat >= alive_since)))
-    return alive or sorted(session.scalars(base))
-
-
-def resolve_target(
-    session: Session, text: str, *, alive_seconds: float, loc: tuple[str, ...] = ("body", "target")
-) -> str:
-    """The canonical target of a submission; `host` means the CPU of this coordinator's workers.
-
-    `host` is refused when no worker is registered, or when workers of several
-    CPUs are (ambiguous); an explicit target no worker serves is accepted (the
-    job waits, and says so).
-    """
-    from codegen.host import parse_target
-    from ir.target import TargetError
-    from service.coordinator.targets import resolve_short  # short forms: see that module
-
-    if not isinstance(text, str) or len(text) > MAX_TARGET:
-        raise Invalid(loc, f"a target is a string of at most {MAX_TARGET} characters")
-    served = served_targets(session, alive_seconds=alive_seconds)
-    try:
-        parsed = resolve_short(session, text, served, loc) or parse_target(text)
-    except TargetError as e:
-        raise Invalid(loc, str(e)) from None
-    if text.split()[0] == "host":
-        machines = {parse_target(t).with_threads(1) for t in served}
-        if not machines:
-            raise Invalid(
-                loc,
-                "'host' means the CPU of this coordinator's workers and none is registered; name the target (llvm -mcpu=...)",
-            )
-        if len(machines) > 1:
-            names = ", ".join(sorted(t.canonical() for t in machines))
-            raise Invalid(
-                loc, f"'host' is ambiguous: workers serve {len(machines)} CPUs ({names}); name one"
-            )
-        parsed = machines.pop().with_threads(parsed.num_threads)
-    return check_target_size(parsed, loc)
-
-
-def target_id(session: Session, canonical: str) -> int:
-    """The id of a canonical target, created when new (concurrent creators agree)."""
-    from codegen.host import parse_target
-
-    found = session.scalar(select(m.Target.id).where(m.Target.canonical == canonical))
-    if found is None:
-        parsed = parse_target(canonical)
-        session.execute(
-            dialect_insert(session, m.Target)
-            .values(
-                canonical=canonical,
-                cpu=parsed.cpu,
-                features=list(parsed.features),
-                threads=parsed.num_threads,
-            )
-            .on_conflict_do_nothing()
-        )
-        found = session.scalar(select(m.Target.id).where(m.Target.canonical == canonical))
-    assert found is not None
-    return found
 
 
 def commit_workload(session: Session, task: Any) -> None:
@@ -209,7 +124,11 @@ def commit_workload(session: Session, task: Any) -> None:
 def check_active_jobs(session: Session, owner: str, limit: int) -> None:
     """429 when `owner` already has `limit` queued or running jobs (LOOMTUNE_MAX_ACTIVE_JOBS)."""
     active = session.scalar(
-        select(func.count()).where(m.Job.owner == owner, m.Job.status.in_(("queued", "running")))
+        select(func.count()).where(
+            m.Job.owner == owner,
+            m.Job.status.in_(("queued", "running")),
+            m.Job.parent_id.is_(None),
+        )
     )
     if int(active or 0) >= limit:
         raise TooMany(
@@ -268,8 +187,9 @@ def list_jobs(
     limit: int = 100,
     offset: int = 0,
 ) -> list[m.Job]:
-    """The caller's jobs (an admin's: everyone's), newest first."""
-    query = select(m.Job).order_by(m.Job.id.desc())
+    """The caller's jobs (an admin's: everyone's), newest first; a model job's tasks are
+    shown with it, not listed apart."""
+    query = select(m.Job).where(m.Job.parent_id.is_(None)).order_by(m.Job.id.desc())
     if not caller.is_admin:
         query = query.where(m.Job.owner == caller.owner)
     if status is not None:
@@ -285,6 +205,8 @@ def cancel_job(session: Session, job_id: int, caller: Caller) -> m.Job:
     succeeded or failed cannot be cancelled (409).
     """
     job = get_job(session, job_id, caller, lock=True)
+    if job.parent_id is not None:
+        raise Conflict(f"job {job_id} is a task of model job {job.parent_id}; cancel that one")
     if job.status == "cancelled":
         return job
     if job.status in FINISHED:
@@ -295,7 +217,8 @@ def cancel_job(session: Session, job_id: int, caller: Caller) -> m.Job:
 
 @dataclass(frozen=True)
 class JobView:
-    """A job as the API shows it."""
+    """A job as the API shows it: `status` is `waiting` while a queued or running job has no
+    live worker of its target (the stored status stays queued or running)."""
 
     job: m.Job
     op: str
@@ -304,6 +227,10 @@ class JobView:
     best_latency_ms: float | None
     best_record_id: str | None
     waiting_reason: str | None
+    status: str
+    trials_done: int
+    model: Any = None
+    """A model job's `service.coordinator.model_jobs.ModelView` (None for a workload job)."""
 
 
 def job_views(session: Session, jobs: Sequence[m.Job], *, alive_seconds: float) -> list[JobView]:
@@ -321,11 +248,14 @@ def job_views(session: Session, jobs: Sequence[m.Job], *, alive_seconds: float) 
         key: (op, params)
         for key, op, params in session.execute(
             select(m.Workload.key, m.Workload.op, m.Workload.params).where(
-                m.Workload.key.in_({j.workload_key for j in jobs})
+                m.Workload.key.in_({j.workload_key for j in jobs if j.workload_key})
             )
         ).all()
     }
     best = best_of_jobs(session, [j.id for j in jobs])
+    from service.coordinator.model_jobs import model_views  # it builds on this module
+
+    models = model_views(session, [j for j in jobs if j.model is not None])
     alive_since = utc_now() - timedelta(seconds=alive_seconds)
     served = set(
         session.scalars(
@@ -334,15 +264,34 @@ def job_views(session: Session, jobs: Sequence[m.Job], *, alive_seconds: float) 
     )
     views = []
     for job in jobs:
-        reason = None
+        reason, status = None, job.status
         if job.status in ("queued", "running") and job.target_id not in served:
-            reason = f"no live worker serves the target {targets[job.target_id]}"
+            status = "waiting"
+            reason = host_waiting_reason(targets[job.target_id]) or (
+                f"no live worker serves the target {targets[job.target_id]}"
+            )
         elif job.status == "queued":
             reason = "queued: waiting for a coordinator's job runner to start it"
         median, record_id = best.get(job.id, (None, None))
-        op, params = workloads[job.workload_key]
+        model = models.get(job.id)
+        if model is not None:
+            op, params, trials_done = "model", {}, model.trials_done
+            median, record_id = model.latency_ms, None
+        else:
+            (op, params), trials_done = workloads[job.workload_key], job.trials_done
         views.append(
-            JobView(job, op, dict(params), targets[job.target_id], median, record_id, reason)
+            JobView(
+                job,
+                op,
+                dict(params),
+                targets[job.target_id],
+                median,
+                record_id,
+                reason,
+                status,
+                trials_done,
+                model,
+            )
         )
     return views
 
@@ -387,6 +336,7 @@ def claim_job(
     now = utc_now()
     served: Any = true()
     if alive_seconds is not None:
+        bind_host_jobs(session, alive_seconds=alive_seconds)
         served = (
             select(m.Worker.id)
             .where(
@@ -406,6 +356,7 @@ def claim_job(
                     or_(m.Job.runner_expires_at.is_(None), m.Job.runner_expires_at < now),
                 ),
             ),
+            m.Job.parent_id.is_(None),  # a model's tasks are driven with it
             served,
         )
         .order_by(m.Job.id)
@@ -419,6 +370,7 @@ def claim_job(
     job.runner = runner
     job.runner_expires_at = now + timedelta(seconds=lease_seconds)
     job.updated_at = now
+    _set_children(session, job.id, status="running", runner=runner)
     session.flush()
     return job
 
@@ -449,6 +401,7 @@ def park_job(session: Session, job_id: int, runner: str) -> bool:
     job.runner = None
     job.runner_expires_at = None
     job.updated_at = utc_now()
+    _set_children(session, job.id, status="queued", runner=None)
     session.flush()
     return True
 
@@ -578,24 +531,34 @@ class JobProgress:
 
 
 def job_progress(session: Session, job_id: int) -> JobProgress:
+    """A job's progress; a model job's counts its tasks' candidates and trials."""
     job = session.get(m.Job, job_id)
     if job is None:
         raise NotFound(f"job {job_id} not found")
+    ids = [job_id, *session.scalars(select(m.Job.id).where(m.Job.parent_id == job_id))]
     outstanding = session.scalar(
         select(func.count()).where(
-            m.Candidate.job_id == job_id, m.Candidate.status.in_(("pending", "leased"))
+            m.Candidate.job_id.in_(ids), m.Candidate.status.in_(("pending", "leased"))
         )
     )
+    done = session.scalar(select(func.sum(m.Job.trials_done)).where(m.Job.id.in_(ids)))
     best = best_of_jobs(session, [job_id]).get(job_id)
     return JobProgress(
-        job.status, job.budget, job.trials_done, int(outstanding or 0), best[0] if best else None
+        job.status, job.budget, int(done or 0), int(outstanding or 0), best[0] if best else None
     )
 
 
 def finish_job(
-    session: Session, job_id: int, runner: str, status: str, error: str | None = None
+    session: Session,
+    job_id: int,
+    runner: str,
+    status: str,
+    error: str | None = None,
+    *,
+    note: str | None = None,
 ) -> bool:
-    """End a job `runner` drives: succeeded, failed (with `error`) or cancelled.
+    """End a job `runner` drives: succeeded (with a `note` worth saying), failed (with
+    `error`) or cancelled.
 
     Candidates not yet measured are withdrawn. False (and nothing changes) when
     the runner no longer holds the job (cancelled meanwhile, or claimed by another).
@@ -605,7 +568,7 @@ def finish_job(
     job = session.scalar(select(m.Job).where(m.Job.id == job_id).with_for_update())
     if job is None or job.status != "running" or job.runner != runner:
         return False
-    _end(session, job, status, error)
+    _end(session, job, status, error, note)
     return True
 
 
@@ -620,21 +583,42 @@ def withdraw_candidates(session: Session, candidate_ids: Sequence[int]) -> None:
     )
 
 
-def _end(session: Session, job: m.Job, status: str, error: str | None) -> None:
-    """A job ends: no runner holds it, and its candidates not yet measured are withdrawn."""
+def _end(
+    session: Session, job: m.Job, status: str, error: str | None, note: str | None = None
+) -> None:
+    """A job ends (a model job with its tasks): no runner holds it, and its candidates not
+    yet measured are withdrawn."""
     now = utc_now()
-    job.status = status
+    ids = [job.id, *session.scalars(select(m.Job.id).where(m.Job.parent_id == job.id))]
+    session.execute(
+        update(m.Job)
+        .where(m.Job.id.in_(ids), m.Job.status.notin_(FINISHED))
+        .values(
+            status=status,
+            finished_at=now,
+            updated_at=now,
+            runner=None,
+            runner_expires_at=None,
+        )
+    )
     job.error = error
-    job.finished_at = now
-    job.updated_at = now
-    job.runner = None
-    job.runner_expires_at = None
+    job.note = note
     session.execute(
         update(m.Candidate)
-        .where(m.Candidate.job_id == job.id, m.Candidate.status.in_(("pending", "leased")))
+        .where(m.Candidate.job_id.in_(ids), m.Candidate.status.in_(("pending", "leased")))
         .values(status="cancelled", lease_expires_at=None)
     )
     session.flush()
+    session.refresh(job)
+
+
+def _set_children(session: Session, parent_id: int, *, status: str, runner: str | None) -> None:
+    """A model job's tasks follow it: running (their candidates leasable) or queued."""
+    session.execute(
+        update(m.Job)
+        .where(m.Job.parent_id == parent_id, m.Job.status.notin_(FINISHED))
+        .values(status=status, runner=runner, updated_at=utc_now())
+    )
 
 
 def job_times(job: m.Job) -> tuple[datetime, datetime, datetime | None]:

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from service.coordinator import trust
 from service.coordinator.errors import Conflict, Forbidden, Invalid, NotFound
-from service.coordinator.jobs import check_target_size, target_id
+from service.coordinator.targets import check_target_size, target_id
 from service.coordinator.tokens import Caller
 from service.db import models as m
 from service.db.session import as_utc

@@ -82,7 +82,13 @@ class _DatabaseCollector(Collector):
     def _from_database(self) -> Iterator[Metric]:
         now = utc_now()
         with self.sessions.read() as s:
-            jobs = dict(s.execute(select(m.Job.status, func.count()).group_by(m.Job.status)).all())
+            jobs = dict(  # a model job counts once, not once per task
+                s.execute(
+                    select(m.Job.status, func.count())
+                    .where(m.Job.parent_id.is_(None))
+                    .group_by(m.Job.status)
+                ).all()
+            )
             leased = s.scalar(
                 select(func.count()).where(
                     m.Candidate.status == "leased", m.Candidate.lease_expires_at >= now

@@ -82,6 +82,8 @@ Message = Annotated[str, StringConstraints(max_length=100_000, pattern=_NO_NUL)]
 Id = Annotated[Int, Field(ge=1, le=MAX_ID)]
 RecordStatus = Literal["ok", "compile_error", "runtime_error", "timeout", "wrong_result", "crashed"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+ShownStatus = Literal["queued", "waiting", "running", "succeeded", "failed", "cancelled"]
+"""A job's status as shown: `waiting` is a queued or running job no live worker can measure."""
 Role = Literal["admin", "client", "worker"]
 Standing = Literal["local", "unconfirmed", "confirmed", "refuted", "quarantined", "invalid"]
 
@@ -135,7 +137,14 @@ class WorkloadIn(_In):
 
 
 class JobCreate(_In):
-    workload: WorkloadIn
+    workload: WorkloadIn | None = Field(
+        default=None, description="the workload to tune (or `model`, not both)"
+    )
+    model: dict[str, Any] | None = Field(
+        default=None,
+        description="a model's structure without its weights (loomtune.graph/1): its distinct "
+        "tasks are tuned under one budget (or `workload`, not both)",
+    )
     target: TargetText = Field(
         default="host",
         description="'host' (the CPU of this coordinator's workers) or 'llvm -mcpu=... -mattr=... -num-threads=N'",
@@ -152,6 +161,12 @@ class JobCreate(_In):
     )
     seed: Annotated[Int, Field(ge=0, le=MAX_ID)] | None = None
 
+    @model_validator(mode="after")
+    def _one_kind(self) -> JobCreate:
+        if (self.workload is None) == (self.model is None):
+            raise ValueError("a job tunes a workload or a model: give exactly one of them")
+        return self
+
 
 class WorkloadRef(BaseModel):
     key: str
@@ -162,11 +177,33 @@ class WorkloadRef(BaseModel):
     )
 
 
+class ModelTaskOut(BaseModel):
+    key: str = Field(description="the task's workload key")
+    op: str = Field(description='a library operator, or "fused"')
+    pattern: str = Field(examples=["matmul+add+gelu"])
+    count: int = Field(description="how often the model runs it")
+    job_id: int = Field(description="the task's own job (its records and history)")
+    trials: int = Field(description="trials measured for it so far")
+    best_ms: float | None
+    best_record_id: str | None
+    share: float | None = Field(description="count × best_ms over the model's total")
+
+
+class ModelOut(BaseModel):
+    name: str
+    model_key: str
+    tasks: list[ModelTaskOut]
+
+
 class JobOut(BaseModel):
     id: int
     owner: str
-    status: JobStatus
-    workload: WorkloadRef
+    status: ShownStatus
+    workload: WorkloadRef | None = Field(description="None for a model job (see `model`)")
+    model: ModelOut | None = Field(
+        default=None,
+        description="a model job's tasks; its best_latency_ms is the sum of count × best_ms",
+    )
     target: str
     trials: int
     trials_done: int
@@ -174,7 +211,8 @@ class JobOut(BaseModel):
     seed: int | None
     best_latency_ms: float | None
     best_record_id: str | None
-    error: str | None
+    error: str | None = Field(description="why the job failed")
+    note: str | None = Field(default=None, description="a remark on a job that succeeded")
     waiting_reason: str | None
     created_at: datetime
     updated_at: datetime

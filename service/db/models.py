@@ -76,6 +76,10 @@ class Job(Base):
     `workload_spec` is the workload as submitted (`Task.spec()`), what workers and
     the job runner rebuild the task from. `runner` and `runner_expires_at` are the
     lease on the job itself: the one coordinator process driving it, until then.
+
+    A model job has no workload (`workload_key` NULL) but `model` (name, key, distinct
+    tasks); each task is a child job (`parent_id`) that its runner drives under the
+    parent's budget. `note` is a succeeded job's remark, `error` a failure's reason.
     """
 
     __tablename__ = "jobs"
@@ -83,7 +87,7 @@ class Job(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     owner: Mapped[str] = mapped_column(String(128))
-    workload_key: Mapped[str] = mapped_column(ForeignKey("workloads.key"))
+    workload_key: Mapped[str | None] = mapped_column(ForeignKey("workloads.key"))
     target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"))
     budget: Mapped[int] = mapped_column(Integer)
     strategy: Mapped[str] = mapped_column(String(32))
@@ -97,6 +101,11 @@ class Job(Base):
     workload_spec: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     runner: Mapped[str | None] = mapped_column(String(128))
     runner_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), index=True
+    )
+    model: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    note: Mapped[str | None] = mapped_column(Text)
 
 
 class Candidate(Base):

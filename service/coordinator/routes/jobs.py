@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from service.coordinator import jobs as J
+from service.coordinator import model_jobs
 from service.coordinator.deps import Client, State
 from service.coordinator.errors import Invalid
 from service.coordinator.responses import COMMON, responses
@@ -18,33 +19,62 @@ from service.coordinator.schemas import (
     JobList,
     JobOut,
     JobStatus,
+    ModelOut,
+    ModelTaskOut,
     WorkloadRef,
 )
+from service.coordinator.targets import resolve_target
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=responses(*COMMON))
 
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
 
 
+def _model_out(view: model_jobs.ModelView) -> ModelOut:
+    return ModelOut(
+        name=view.name,
+        model_key=view.model_key,
+        tasks=[
+            ModelTaskOut(
+                key=t.key,
+                op=t.op,
+                pattern=t.pattern,
+                count=t.count,
+                job_id=t.job_id,
+                trials=t.trials_done,
+                best_ms=t.best_ms,
+                best_record_id=t.best_record_id,
+                share=t.share,
+            )
+            for t in view.tasks
+        ],
+    )
+
+
 def job_out(view: J.JobView) -> JobOut:
     job = view.job
     created, updated, finished = J.job_times(job)
     spec = job.workload_spec or {}
+    workload = None
+    if job.workload_key is not None:
+        workload = WorkloadRef(
+            key=job.workload_key, op=view.op, params=view.params, spec=spec or None
+        )
     return JobOut(
         id=job.id,
         owner=job.owner,
-        status=job.status,  # type: ignore[arg-type]
-        workload=WorkloadRef(
-            key=job.workload_key, op=view.op, params=view.params, spec=spec or None
-        ),
+        status=view.status,  # type: ignore[arg-type]
+        workload=workload,
+        model=_model_out(view.model) if view.model is not None else None,
         target=view.target,
         trials=job.budget,
-        trials_done=job.trials_done,
+        trials_done=view.trials_done,
         strategy=job.strategy,
         seed=job.seed,
         best_latency_ms=view.best_latency_ms,
         best_record_id=view.best_record_id,
         error=job.error,
+        note=job.note,
         waiting_reason=view.waiting_reason,
         created_at=created,
         updated_at=updated,
@@ -60,7 +90,9 @@ def job_out(view: J.JobView) -> JobOut:
     responses=responses(429),
 )
 def submit_job(body: JobCreate, caller: Client, state: State) -> JobOut:
-    """Queue a job tuning a workload on a target; 422 names the field of any bad input."""
+    """Queue a job tuning a workload, or a model's distinct tasks under one budget, on a
+    target; 422 names the field of any bad input. `host` before any worker registered is
+    accepted: the job waits for the first worker (its `waiting_reason` says so)."""
     settings = state.settings
     if body.trials > settings.max_trials:
         raise Invalid(
@@ -68,18 +100,20 @@ def submit_job(body: JobCreate, caller: Client, state: State) -> JobOut:
             f"a budget is at most {settings.max_trials} trials (LOOMTUNE_MAX_TRIALS), got {body.trials}",
         )
     strategy = J.resolve_strategy(body.strategy)
-    task = J.resolve_task(body.workload.spec())
+    task = J.resolve_task(body.workload.spec()) if body.workload is not None else None
+    plan = model_jobs.plan_model(body.model) if task is None else None
     with state.sessions.write() as session:
-        target = J.resolve_target(session, body.target, alive_seconds=settings.alive_seconds)
+        target = resolve_target(
+            session, body.target, alive_seconds=settings.alive_seconds, defer_host=True
+        )
         J.check_active_jobs(session, caller.owner, settings.max_active_jobs)
-        job = J.create_job(
-            session,
-            owner=caller.owner,
-            task=task,
-            target=target,
-            trials=body.trials,
-            strategy=strategy,
-            seed=body.seed,
+        kind = dict(
+            owner=caller.owner, target=target, trials=body.trials, strategy=strategy, seed=body.seed
+        )
+        job = (
+            J.create_job(session, task=task, **kind)  # type: ignore[arg-type]
+            if task is not None
+            else model_jobs.create_model_job(session, plan=plan, **kind)  # type: ignore[arg-type]
         )
         (view,) = J.job_views(session, [job], alive_seconds=settings.alive_seconds)
     return job_out(view)

@@ -13,6 +13,7 @@ from service.coordinator.errors import Invalid, NotFound
 from service.coordinator.records import best_record, standings, workload_spec
 from service.coordinator.responses import COMMON, responses
 from service.coordinator.schemas import BestOut, TraceFileOut
+from service.coordinator.targets import resolve_target
 from service.db import models as m
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"], responses=responses(*COMMON))
@@ -75,7 +76,7 @@ def best_schedule(
         workload = session.scalar(select(m.Workload).where(m.Workload.key == key))
         if workload is None:
             raise NotFound(f"workload {key} is not in the database")
-        canonical = J.resolve_target(
+        canonical = resolve_target(
             session, target, alive_seconds=state.settings.alive_seconds, loc=("query", "target")
         )
         found = best_record(session, key, canonical)

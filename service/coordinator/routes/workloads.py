@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from sqlalchemy import select
 
-from service.coordinator import jobs as J
 from service.coordinator.deps import Client, State
 from service.coordinator.errors import NotFound
 from service.coordinator.records import list_workloads, records_of_workload, standings
@@ -20,6 +19,7 @@ from service.coordinator.schemas import (
     WorkloadList,
     WorkloadOut,
 )
+from service.coordinator.targets import resolve_target
 from service.db import models as m
 from service.db.session import as_utc
 
@@ -74,7 +74,7 @@ def workload_records(
         canonical = (
             None
             if target is None
-            else J.resolve_target(
+            else resolve_target(
                 session, target, alive_seconds=state.settings.alive_seconds, loc=("query", "target")
             )
         )

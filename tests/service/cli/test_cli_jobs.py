@@ -75,7 +75,7 @@ def test_submit_list_show_cancel(
         "waiting_reason",
     ]
     assert (
-        job["status"] == "queued"
+        job["status"] == "waiting"  # no worker serves ZEN
         and job["trials"] == 3
         and job["trials_done"] == 0
         and job["best_latency_ms"] is None
@@ -156,7 +156,7 @@ def test_submit_a_custom_workload_file(cli: Api, capsys: pytest.CaptureFixture[s
         == 0
     )
     job = _json(capsys)
-    assert job["params"]["m"] == 32 and job["status"] == "queued"
+    assert job["params"]["m"] == 32 and job["status"] == "waiting"
 
 
 class _Polls:
@@ -211,6 +211,7 @@ def test_submit_wait_follows_the_job_until_it_ends(
     cli: Api, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token = cli.token("client")
+    cli.register(cli.token("worker"), ZEN)  # a live worker: the job is not waiting for one
     t = _finish_later(cli, 1, "succeeded", _watched(cli, monkeypatch))
     assert (
         main(

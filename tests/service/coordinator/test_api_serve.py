@@ -128,7 +128,7 @@ def test_serve_on_loopback(database_url: str) -> None:
                 "trials": 4,
             },
         )
-        assert r.status_code == 201 and r.json()["status"] == "queued"
+        assert r.status_code == 201 and r.json()["status"] == "waiting"  # no worker yet
         job = r.json()
         r = http.post(
             "/v1/jobs",
