@@ -60,6 +60,7 @@ class MultiLevelTilingIntrin(ScheduleRule):
         intrinsics: Sequence[str] = PREFERENCE,
         max_innermost_factor: int = 16,
         max_reduce_factor: int = 64,
+        min_reduce_factor: int = 8,
         max_accumulators: int = 24,
         min_accumulators: int = 8,
         write_levels: Sequence[int] = (1, 2),
@@ -67,6 +68,7 @@ class MultiLevelTilingIntrin(ScheduleRule):
         self.intrinsics = tuple(intrinsics)
         self.max_innermost_factor = max_innermost_factor
         self.max_reduce_factor = max_reduce_factor
+        self.min_reduce_factor = min_reduce_factor
         self.max_accumulators = max_accumulators
         self.min_accumulators = min_accumulators
         self.write_levels = tuple(write_levels)
@@ -173,8 +175,11 @@ class MultiLevelTilingIntrin(ScheduleRule):
         self, sch: TracedSchedule, loops: list[LoopRef], roles: list[str], mapped: list[bool]
     ) -> list[list[IntRV]]:
         """Sampled tiles (4 spatial levels, 2 reduction levels), the register tile (S3)
-        between `min_accumulators` and `max_accumulators` intrinsic outputs where the
-        shape allows (redrawn up to `_DRAWS` times; recorded as ordinary decisions).
+        between `min_accumulators` and `max_accumulators` intrinsic outputs and the inner
+        reduction tile (R1) at least `min_reduce_factor` intrinsic steps where the shape
+        allows (redrawn up to `_DRAWS` times; recorded as ordinary decisions). A short R1
+        reloads the accumulators from memory every few instructions: at 1024^3 every
+        candidate with R1 of 1 or 2 steps ran 15-50 ms, those with 16 or 32 ran 3-7 ms.
 
         Spatial loops the intrinsic does not split get covering tiles (a guard on the
         block's own axis); the outer parts of split ones perfect tiles, whose guard
@@ -189,19 +194,26 @@ class MultiLevelTilingIntrin(ScheduleRule):
         ]
         drawn: list[list[int] | None] = [None] * len(loops)
         if sch.rng is not None:
-            fallback = None
+            fallback: tuple[bool, list[list[int]]] | None = None
             for _ in range(_DRAWS):
                 draw = [
                     (sample_cover_tile if c else sample_perfect_tile)(sch.rng, *shape)
                     for shape, c in zip(shapes, cover)
                 ]
                 acc = math.prod(t[-1] for t, role in zip(draw, roles) if role == "spatial")
-                if acc <= self.max_accumulators:
-                    fallback = fallback or draw
-                    if acc >= self.min_accumulators:
-                        fallback = draw
-                        break
-            drawn = list(fallback) if fallback else drawn  # type: ignore[arg-type]
+                deep = all(
+                    t[-1] >= self.min_reduce_factor or t[-1] == e
+                    for t, (e, _, _), role in zip(draw, shapes, roles)
+                    if role == "reduce"
+                )
+                if acc > self.max_accumulators:
+                    continue
+                if deep and acc >= self.min_accumulators:
+                    fallback = (True, draw)
+                    break
+                if fallback is None or (deep and not fallback[0]):
+                    fallback = (deep, draw)
+            drawn = list(fallback[1]) if fallback else drawn  # type: ignore[arg-type]
         return [
             sch.sample_perfect_tile(lp, n=n, max_innermost_factor=bound, decision=d, cover=c)
             for lp, (_, n, bound), d, c in zip(loops, shapes, drawn, cover)
