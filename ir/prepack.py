@@ -110,8 +110,6 @@ def hoistable_reason(
         return "does not write one intermediate buffer"
     if writers != 1:
         return "its buffer has other writers"
-    if any(isinstance(n, (BlockRealize, IntrinsicCall)) for n in walk(block.body)):
-        return "holds nested blocks"
     loads = _loads(block)
     if not loads or any(ld.buffer.name not in constant for ld in loads):
         return "reads something that is not a constant input"
