@@ -13,7 +13,8 @@ access it with the same element strides — except the row stride of the
 operands in `free_rows` (AMX tiles: any row stride, passed to the
 instruction), which may be anything at least as wide as a row. `packs` gives,
 for an operand a workload reads as a plain [K, N] matrix, the index map
-(`transform_layout`) into the layout the instruction wants.
+(`transform_layout`) into the layout the instruction wants and its inverse
+(so the packing copy can iterate over the packed layout: contiguous stores).
 
     register_intrinsic(TensorIntrinsic("my_dot", build_my_dot, features=("avx512vnni",)))
 
@@ -48,7 +49,7 @@ class TensorIntrinsic:
     build: Callable[[], Workload]
     features: tuple[str, ...]
     free_rows: frozenset[str] = frozenset()
-    packs: tuple[tuple[str, Callable[..., tuple]], ...] = ()
+    packs: tuple[tuple[str, Callable[..., tuple], Callable[..., tuple]], ...] = ()
     doc: str = ""
     _program: list[Program] = field(default_factory=list, compare=False, repr=False)
 
@@ -144,7 +145,13 @@ VNNI = register_intrinsic(
         "vnni",
         _vnni,
         features=("avx512vnni",),
-        packs=(("B", lambda k, n: (n // 16, k // 4, n % 16, k % 4)),),
+        packs=(
+            (
+                "B",
+                lambda k, n: (n // 16, k // 4, n % 16, k % 4),
+                lambda p, q, r, c: (q * 4 + c, p * 16 + r),
+            ),
+        ),
         doc="AVX-512 VNNI vpdpbusd: u8 x s8 -> s32, 16 lanes x 4; B packed [N/16][K/4][16][4]",
     )
 )
@@ -154,7 +161,13 @@ AMX_INT8 = register_intrinsic(
         _amx("uint8", "int8", "int32", 4),
         features=("amx-tile", "amx-int8"),
         free_rows=frozenset({"A", "B", "C"}),
-        packs=(("B", lambda k, n: (k // 64, n // 16, k // 4 % 16, n % 16 * 4 + k % 4)),),
+        packs=(
+            (
+                "B",
+                lambda k, n: (k // 64, n // 16, k // 4 % 16, n % 16 * 4 + k % 4),
+                lambda a, b, c, d: (a * 64 + c * 4 + d % 4, b * 16 + d // 4),
+            ),
+        ),
         doc="AMX tdpbusd: a 16x16 int32 tile += 16x64 u8 . 64x16 s8 (B in VNNI layout)",
     )
 )
@@ -164,7 +177,13 @@ AMX_BF16 = register_intrinsic(
         _amx("bfloat16", "bfloat16", "float32", 2),
         features=("amx-tile", "amx-bf16"),
         free_rows=frozenset({"A", "B", "C"}),
-        packs=(("B", lambda k, n: (k // 32, n // 16, k // 2 % 16, n % 16 * 2 + k % 2)),),
+        packs=(
+            (
+                "B",
+                lambda k, n: (k // 32, n // 16, k // 2 % 16, n % 16 * 2 + k % 2),
+                lambda a, b, c, d: (a * 32 + c * 2 + d % 2, b * 16 + d // 2),
+            ),
+        ),
         doc="AMX tdpbf16ps: a 16x16 float32 tile += 16x32 bf16 . 32x16 bf16 (B in pairs)",
     )
 )

@@ -73,6 +73,7 @@ def transform_layout(
     block: str,
     buffer: str,
     index_map: IndexMap | Callable[..., Sequence[Expr | int]],
+    inverse: IndexMap | Callable[..., Sequence[Expr | int]] | None = None,
 ) -> tuple[Program, str]:
     """Make `block` read `buffer` through a packed copy laid out by `index_map`.
 
@@ -85,6 +86,13 @@ def transform_layout(
     The map must send the buffer's elements to distinct places (checked over the
     whole domain) with non-negative indices; the packed copy is written once per
     call by its own block, before the first block that reads `buffer`.
+
+    With `inverse` (packed indices -> source indices) the copy iterates over the
+    packed layout instead: its stores are contiguous (the inner loops of a tile
+    layout such as vnni's [N/16][K/4][16][4] write 64 consecutive bytes, which
+    LLVM turns into a few vector loads and shuffles instead of 64 scattered byte
+    stores). The packed layout must then have no holes and `inverse` must undo
+    `index_map` (checked on a sample of points).
     """
     r, src_buf, shape = _source(program, block, buffer)
     imap = (
@@ -103,14 +111,23 @@ def transform_layout(
     packed = Buffer(
         names.fresh(f"{buffer}_packed"), tuple(Const(s, "int64") for s in new_shape), src_buf.dtype
     )
-    # the packing block, in its own nest over the source domain
-    loop_vars = [Var(names.fresh(f"ax{d}")) for d in range(len(shape))]
+    # the packing block, in its own nest over the source domain (or the packed one)
+    domain = shape if inverse is None else tuple(new_shape)
+    if inverse is not None:
+        if not isinstance(inverse, IndexMap):
+            inverse = _from_callable(block, len(imap.dst), inverse)
+        _check_inverse(block, buffer, imap, inverse, shape, new_shape)
+    loop_vars = [Var(names.fresh(f"ax{d}")) for d in range(len(domain))]
     iter_vars = [
         IterVar(Var(names.fresh(f"v{lv.name}")), Const(s, "int64"))
-        for lv, s in zip(loop_vars, shape)
+        for lv, s in zip(loop_vars, domain)
     ]
-    src_idx = tuple(iv.var for iv in iter_vars)
-    dst_idx = tuple(simplify_expr(e) for e in imap.apply(src_idx))
+    if inverse is None:
+        src_idx = tuple(iv.var for iv in iter_vars)
+        dst_idx = tuple(simplify_expr(e) for e in imap.apply(src_idx))
+    else:
+        dst_idx = tuple(iv.var for iv in iter_vars)
+        src_idx = tuple(simplify_expr(e) for e in inverse.apply(dst_idx))
     nest = _copy_nest(packed, src_buf, src_idx, dst_idx, loop_vars, iter_vars)
     return _install(program, r, buffer, imap, packed, nest), packed.name
 
@@ -316,4 +333,40 @@ def _check_injective(block: str, buffer: str, imap: IndexMap, shape: tuple[int, 
     if repeated:
         raise ScheduleError(
             f'block "{block}": the index map sends two elements of {buffer} to the same place'
+        )
+
+
+def _check_inverse(
+    block: str,
+    buffer: str,
+    imap: IndexMap,
+    inverse: IndexMap,
+    shape: tuple[int, ...],
+    new_shape: list[int],
+) -> None:
+    """`inverse` undoes `imap` (on the corners and a strided sample of the domain) and the
+    packed layout has exactly the source's elements (no holes to leave unwritten)."""
+    if len(inverse.src) != len(new_shape) or len(inverse.dst) != len(shape):
+        raise ScheduleError(
+            f'block "{block}": the inverse map must take {len(new_shape)} packed indices '
+            f"and give {len(shape)} indices of {buffer}"
+        )
+    if math.prod(new_shape) != math.prod(shape):
+        raise ScheduleError(
+            f'block "{block}": the packed layout of {buffer} has {math.prod(new_shape)} places '
+            f"for {math.prod(shape)} elements; iterate over the source (no inverse)"
+        )
+    points = math.prod(shape)
+    flat = np.unique(
+        np.concatenate([np.arange(0, points, max(1, points // 4096)), [points - 1]])
+    ).astype(np.int64)
+    src = np.unravel_index(flat, shape)
+    env = {v: np.asarray(x, dtype=np.int64) for v, x in zip(imap.src, src)}
+    mask = np.ones(flat.shape, dtype=bool)
+    dst = [np.broadcast_to(eval_expr(e, env, {}, mask), flat.shape) for e in imap.dst]
+    back_env = {v: np.asarray(x, dtype=np.int64) for v, x in zip(inverse.src, dst)}
+    back = [np.broadcast_to(eval_expr(e, back_env, {}, mask), flat.shape) for e in inverse.dst]
+    if any(not np.array_equal(b, x) for b, x in zip(back, src)):
+        raise ScheduleError(
+            f'block "{block}": the inverse map does not undo the index map of {buffer}'
         )

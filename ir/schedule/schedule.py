@@ -126,11 +126,16 @@ class Schedule:
 
     # -- layout -------------------------------------------------------------------
 
-    def transform_layout(self, block: BlockRV | str, buffer: str, index_map: Any) -> BlockRV:
-        """Pack `buffer` (read by `block`) into the layout `index_map` gives; returns the packing block."""
+    def transform_layout(
+        self, block: BlockRV | str, buffer: str, index_map: Any, inverse: Any = None
+    ) -> BlockRV:
+        """Pack `buffer` (read by `block`) into the layout `index_map` gives; returns the packing
+        block (which iterates over the packed layout when `inverse`, packed -> source, is given)."""
         from ir.schedule import layout
 
-        return BlockRV(self._apply(layout.transform_layout, block_name(block), buffer, index_map))
+        return BlockRV(
+            self._apply(layout.transform_layout, block_name(block), buffer, index_map, inverse)
+        )
 
     def pack_panels(self, block: BlockRV | str, buffer: str, width: int) -> BlockRV:
         """Pack `buffer` into column panels of `width` (`layout.pack_panels`); returns the packing block."""

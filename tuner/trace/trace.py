@@ -196,7 +196,11 @@ class Trace:
             elif k == "rfactor":
                 call = f"sch.rfactor({args[0]}, {attrs['factor_axis']!r})"
             elif k == "transform_layout":
-                call = f"sch.transform_layout({args[0]}, {attrs['buffer']!r}, {_py(attrs['index_map'])})"
+                inverse = attrs.get("inverse")
+                call = (
+                    f"sch.transform_layout({args[0]}, {attrs['buffer']!r}, {_py(attrs['index_map'])}"
+                    + (f", {_py(inverse)})" if inverse is not None else ")")
+                )
             elif k == "tensorize":
                 call = f"sch.tensorize({args[0]}, {attrs['intrinsic']!r})"
             elif k == "pack_panels":

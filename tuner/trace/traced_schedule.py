@@ -279,7 +279,9 @@ class TracedSchedule:
             lambda: self.sch.rfactor(loop, factor_axis),
         )
 
-    def transform_layout(self, block: BlockRV, buffer: str, index_map: Any) -> BlockRef:
+    def transform_layout(
+        self, block: BlockRV, buffer: str, index_map: Any, inverse: Any = None
+    ) -> BlockRef:
         from ir.schedule.layout import IndexMap
 
         if not isinstance(index_map, IndexMap):
@@ -291,12 +293,16 @@ class TracedSchedule:
                 )
             shape = match[0].shape
             index_map = IndexMap.from_callable(len(shape), index_map)
-        attrs = {"buffer": buffer, "index_map": index_map}
+        attrs: dict[str, Any] = {"buffer": buffer, "index_map": index_map}
+        if inverse is not None:
+            if not isinstance(inverse, IndexMap):
+                inverse = IndexMap.from_callable(len(index_map.dst), inverse)
+            attrs["inverse"] = inverse
         return self._record(
             "transform_layout",
             (block,),
             attrs,
-            lambda: self.sch.transform_layout(block, buffer, index_map),
+            lambda: self.sch.transform_layout(block, buffer, index_map, inverse),
         )
 
     def pack_panels(self, block: BlockRV, buffer: str, width: int) -> BlockRef:
@@ -547,7 +553,9 @@ def replay_instruction(
     elif k == "rfactor":
         out = sch.rfactor(_handle(args[0], k), attrs["factor_axis"])
     elif k == "transform_layout":
-        out = sch.transform_layout(_handle(args[0], k), attrs["buffer"], attrs["index_map"])
+        out = sch.transform_layout(
+            _handle(args[0], k), attrs["buffer"], attrs["index_map"], attrs.get("inverse")
+        )
     elif k == "pad_einsum":
         if not isinstance(args[1], list) or not all(type(p) is int for p in args[1]):
             raise TraceError(f"pad_einsum: padding {args[1]!r} is not a list of integers")

@@ -31,7 +31,7 @@ def vnni_ready(m: int, n: int, k: int) -> tuple[Schedule, list]:
     source = next(
         x.buffer.name for x in find_block(sch.program, "C").block.reads if x.buffer.dtype == "int8"
     )
-    sch.transform_layout("C", source, INTRINSICS["vnni"].packs[0][1])
+    sch.transform_layout("C", source, *INTRINSICS["vnni"].packs[0][1:])  # copy in packed order
     return sch, [i, j0, r0, j1, r1]
 
 
@@ -125,3 +125,23 @@ def test_registry_refuses_a_second_intrinsic_of_the_same_name() -> None:
         register_intrinsic(clash)
     assert INTRINSICS["vnni"].ops_per_call == 2 * 16 * 4
     assert INTRINSICS["amx_int8"].ops_per_call == 2 * 16 * 16 * 64
+
+
+def test_a_wrong_inverse_map_is_refused() -> None:
+    sch = Schedule(library_task("matmul_int8", {"m": 4, "n": 32, "k": 8}).program)
+    forward = INTRINSICS["vnni"].packs[0][1]
+    assert_refused(
+        sch,
+        lambda s: s.transform_layout(
+            "C", "B", forward, lambda p, q, r, c: (q * 4 + r % 4, p * 16 + c)
+        ),
+        "does not undo",
+    )
+    holes = Schedule(library_task("matmul_int8", {"m": 4, "n": 40, "k": 8}).program)
+    assert_refused(
+        holes,
+        lambda s: s.transform_layout(
+            "C", "B", lambda k, n: (n // 16, k, n % 16), lambda p, k, r: (k, p * 16 + r)
+        ),
+        "384 places for 320 elements",
+    )
