@@ -152,6 +152,9 @@ def _factors(body: Expr, axes: Sequence[IterVar]) -> list[tuple[Expr, list[int]]
     for term in terms:
         used = {index[n] for n in walk(term) if isinstance(n, Var) and n in index}
         out.append((term, sorted(used)))
+    read = {d for _, dims in out for d in dims}
+    if any(d not in read for d in range(len(axes)) if d >= len(axes) - len(body.axes)):
+        return None  # a reduction axis no factor reads multiplies by its extent: the grid path
     return out
 
 
@@ -168,8 +171,9 @@ def _contract(
     widest = max(factors, key=lambda f: len(f[1]))[1]
     inner = [rshape[d - n_spatial] for d in widest if d >= n_spatial]
     letters = [chr(ord("a") + d) for d in range(len(axes))]
+    read = sorted({d for _, dims in factors for d in dims if d < n_spatial})
     spec = ",".join("".join(letters[d] for d in dims) for _, dims in factors)
-    spec += "->" + "".join(letters[:n_spatial])
+    spec += "->" + "".join(letters[d] for d in read)  # an axis no factor reads: broadcast
     for where in _chunks(list(out.shape), inner):
         full = [s.stop - s.start for s in where] + list(rshape)
         env: dict[Var, np.ndarray] = {}
@@ -182,6 +186,7 @@ def _contract(
             value = np.broadcast_to(eval_expr(term, env, values, mask), mask.shape)
             operands.append(value.reshape([full[d] for d in dims]))
         result = np.einsum(spec, *operands, optimize=True)
+        result = result.reshape([full[d] if d in read else 1 for d in range(n_spatial)])
         out[tuple(where)] = result.astype(out.dtype, copy=False)
 
 

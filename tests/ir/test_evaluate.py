@@ -59,3 +59,21 @@ def test_every_chunking_gives_the_library_references_answer(
     monkeypatch.setattr(ir.evaluate, "_CHUNK_ELEMENTS", chunk)
     for got, want in zip(evaluate(task.workload, inputs), expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_axes_no_factor_reads_are_broadcast_or_counted() -> None:
+    """An output axis no factor reads (BERT's batch of 1 indexed by a constant) is
+    broadcast; a reduction axis no factor reads multiplies by its extent."""
+    from ir import compute as te
+
+    a = te.placeholder((4, 5), name="A")
+    b = te.placeholder((5, 3), name="B")
+    r = te.reduce_axis(5, name="r")
+    s = te.reduce_axis(2, name="s")
+    c = te.compute((2, 4, 3), lambda z, i, j: te.sum(a[i, r] * b[r, j], axis=[r]), name="C")
+    d = te.compute((4, 3), lambda i, j: te.sum(a[i, r] * b[r, j], axis=[r, s]), name="D")
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 5), np.float32), rng.standard_normal((5, 3), np.float32)
+    got_c, got_d = evaluate(te.Workload("w", [a, b], [c, d]), [x, y])
+    np.testing.assert_allclose(got_c, np.broadcast_to(x @ y, (2, 4, 3)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_d, 2 * (x @ y), rtol=1e-5, atol=1e-5)
