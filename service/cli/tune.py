@@ -120,7 +120,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             on_trial=on_trial,
             should_stop=should_stop,
             stop_rule=stopping_rules(args.time_budget, args.early_stop),
+            compare=False,  # below, once the measurement processes are gone
         )
+    compare_final(outcome, args.trials)
     if outcome.run.interrupted or outcome.run.exhausted or outcome.run.stopped_by:
         log(f"stopped: {outcome.run.stop_reason}")
     result = tune_result(outcome, args.trials)
@@ -142,6 +144,30 @@ def cmd_tune(args: argparse.Namespace) -> int:
         log(f"loomtune: {result.get('error', 'no correct kernel')}")
         return EXIT_INCORRECT
     return 0
+
+
+QUICK_LOOK_TRIALS = 32
+"""A budget under this many trials is a quick look: at one thread its final comparison
+with numpy takes repeats of 40 ms, not 100 (`workers.compare.COMPARE_CONFIG`, whose long
+repeats are for several threads' wake-ups), about 0.8 s less of a short tune."""
+
+
+def compare_final(outcome: Any, trials: int) -> None:
+    """Verify the best kernel and time it against numpy, interleaved: `tune_task`'s `compare`,
+    with a quick look's shorter repeats."""
+    from workers.compare import compare_with_numpy
+    from workers.timing import MeasureConfig
+
+    if outcome.kernel is None:
+        return
+    threads = outcome.target.num_threads
+    quick = trials < QUICK_LOOK_TRIALS and threads == 1
+    outcome.comparison = compare_with_numpy(
+        outcome.kernel,
+        outcome.task,
+        threads=threads,
+        config=MeasureConfig(min_repeat_ms=40.0) if quick else None,
+    )
 
 
 def tune_result(outcome: Any, trials: int) -> dict[str, Any]:
@@ -259,7 +285,10 @@ def _cmd_tune_tasks(args: argparse.Namespace) -> int:
             on_trial=on_trial,
             should_stop=should_stop,
             stop_rule=stopping_rules(args.time_budget, args.early_stop),
+            compare=False,
         )
+    for o in outcome.outcomes:
+        compare_final(o, args.trials)
     results = [tune_result(o, o.run.trials_done) for o in outcome.outcomes]
     for r, (_, w) in zip(results, tasks):
         r["weight"] = w
