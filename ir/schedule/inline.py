@@ -16,6 +16,7 @@ from ir.program import (
     BlockRealize,
     BufferRegion,
     BufferStore,
+    IntrinsicCall,
     Program,
     Range,
 )
@@ -36,6 +37,7 @@ from ir.schedule.region import (
 )
 from ir.schedule.state import (
     ScheduleError,
+    all_blocks,
     find_block,
     loops_above,
     remove_stmt,
@@ -88,6 +90,13 @@ def compute_inline(program: Program, block: str) -> Program:
     r = find_block(program, block)
     store = _elementwise_store(program, r, what)
     buf = store.buffer
+    for other in all_blocks(program):
+        body = other.block.body
+        if isinstance(body, IntrinsicCall) and any(a.buffer.name == buf.name for a in body.args):
+            raise ScheduleError(
+                f'{what}: block "{other.block.name}" reads {buf.name} through tensor intrinsic '
+                f"{body.name}, which takes memory, not an expression"
+            )
     pos = statement_positions(program)
     consumers = readers(program, buf.name)
     for c in consumers:

@@ -145,3 +145,26 @@ def test_a_wrong_inverse_map_is_refused() -> None:
         ),
         "384 places for 320 elements",
     )
+
+
+def test_a_tensorized_block_refuses_an_inlined_producer() -> None:
+    """conv2d_nhwc_int8 with pad 0: its input copy is plain, but the tensorized block reads
+    it as memory; inlining it would leave the intrinsic reading a buffer nobody writes."""
+    params = dict(n=1, h=4, w=4, ci=8, co=16, kh=3, kw=3, stride=1, pad=0)
+    task = library_task("conv2d_nhwc_int8", params)
+    sch = Schedule(task.program)
+    b, i, j, o, rh, rw, rc = sch.get_loops("acc")
+    o0, o1 = sch.split(o, [None, 16])
+    c0, c1 = sch.split(rc, [None, 4])
+    sch.reorder(b, i, j, o0, rh, rw, c0, o1, c1)
+    _, forward, inverse = INTRINSICS["vnni"].packs[0]
+    sch.transform_layout(
+        "acc",
+        "W",
+        lambda h, w, k, n: (h, w, *forward(k, n)),
+        lambda h, w, *packed: (h, w, *inverse(*packed)),
+    )
+    sch.tensorize(o1, "vnni")
+    assert_refused(sch, lambda s: s.compute_inline("pad"), "tensor intrinsic vnni")
+    if VNNI_HOST:
+        assert_correct(task, sch.program)

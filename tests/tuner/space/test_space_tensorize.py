@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from codegen.host import host_target
 from ir.target import Target
 from ir.task import library_task
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct
@@ -59,3 +62,17 @@ def test_bf16_products_take_amx_bf16_and_fall_back_without_it() -> None:
     params = {"m": 16, "n": 32, "k": 40}
     assert all(intrinsics(t) == ["amx_bf16"] for t in samples("matmul_bf16", params, amx_bf16, 2))
     assert all(intrinsics(t) == [] for t in samples("matmul_bf16", params, VNNI, 2))
+
+
+@pytest.mark.parametrize("pad", [0, 1])
+def test_int8_convolutions_are_tensorized_and_exact_on_this_host(pad: int) -> None:
+    """The weight [kh, kw, ci, co] packs as kh x kw matrices; with pad 0 the input copy is
+    a plain copy auto-inline would fold into the tensorized block (it must refuse)."""
+    host = host_target(1)
+    if not host.has_feature("avx512vnni"):
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    params = dict(n=1, h=6, w=7, ci=8, co=16, kh=3, kw=3, stride=1, pad=pad)
+    task = library_task("conv2d_nhwc_int8", params)
+    for trace in samples("conv2d_nhwc_int8", params, host, n=1):
+        assert intrinsics(trace) == ["vnni"]
+        check_correct(task, trace, host)

@@ -30,8 +30,9 @@ with vectors: the fallback.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from ir.expr import Expr
 from ir.intrinsics import INTRINSICS, TensorIntrinsic
 from ir.program import Program
 from ir.schedule import LoopRV, Schedule, ScheduleError
@@ -291,7 +292,13 @@ def _pack(sch: Schedule | TracedSchedule, block: str, intrin: TensorIntrinsic) -
     buffers = operand_buffers(sch.program, block, intrin.name) or {}
     for operand, index_map, inverse in intrin.packs:
         source = buffers[operand]
-        packing = sch.transform_layout(sch.get_block(block), source, index_map, inverse)
+        ndim = next(
+            len(rd.buffer.shape)
+            for rd in find_block(sch.program, block).block.reads
+            if rd.buffer.name == source
+        )
+        fwd, inv = _leading(index_map, inverse, ndim)
+        packing = sch.transform_layout(sch.get_block(block), source, fwd, inv)
         padded = writers(sch.program, source)
         if padded and is_legal(sch.program, lambda s, n=source: s.compute_inline(n)):
             sch.compute_inline(sch.get_block(padded[0].block.name))
@@ -304,3 +311,21 @@ def _pack(sch: Schedule | TracedSchedule, block: str, intrin: TensorIntrinsic) -
             if product > _PACK_UNROLL:
                 break
             sch.unroll(lp)
+
+
+def _leading(
+    index_map: Callable[..., tuple], inverse: Callable[..., tuple], ndim: int
+) -> tuple[Callable[..., tuple], Callable[..., tuple]]:
+    """A [K, N] packing applied to the last two axes of an `ndim`-axis operand, the leading
+    axes kept (conv2d_nhwc's weight [kh, kw, ci, co] packs as kh x kw [ci, co] matrices)."""
+    if ndim == 2:
+        return index_map, inverse
+    lead = ndim - 2
+
+    def fwd(*x: Expr) -> tuple:
+        return (*x[:lead], *index_map(*x[lead:]))
+
+    def inv(*y: Expr) -> tuple:
+        return (*y[:lead], *inverse(*y[lead:]))
+
+    return fwd, inv
