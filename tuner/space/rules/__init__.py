@@ -3,6 +3,7 @@
 from tuner.space.rules import (  # noqa: F401  (importing registers the built-in rules)
     add_rfactor,
     auto_inline,
+    column_reduction,
     multi_level_tiling,
     parallel_vectorize_unroll,
     random_compute_location,
@@ -14,6 +15,7 @@ from tuner.space.rules.base import PARALLEL, RULES, UNROLL, VECTORIZE, ScheduleR
 DEFAULT_RULES = (
     "auto-inline",
     "add-rfactor",
+    "column-reduction",
     "multi-level-tiling-intrin",
     "multi-level-tiling",
     "reduction-chain",
