@@ -389,8 +389,9 @@ class JobRunnerService:
         is re-timed by another worker with the trusted best; a refutation moves to the next
         (docs/architecture.md "Trust"). The tasks of a model are confirmed together.
 
-        A confirmation nobody leases within two lease periods (its only other worker
-        died) is withdrawn: the record stays unconfirmed.
+        A confirmation nobody leases within two lease periods is withdrawn, and one no
+        live worker in good standing may take (its only other worker was quarantined or
+        died) at once: the record stays unconfirmed.
         """
         open_ids = list(job_ids)
         for _ in range(trust.MAX_ROUNDS):
@@ -414,6 +415,9 @@ class JobRunnerService:
                     with self.sessions.write() as s:
                         jobs.withdraw_candidates(s, ids)
                     return
+                with self.sessions.write() as s:  # nobody left to take them: do not wait
+                    orphans = trust.orphaned_confirmations(s, ids, alive_seconds=self.lease_seconds)
+                    jobs.withdraw_candidates(s, orphans)
                 runner.poll([])
 
     def _wait_outstanding(self, runner: LeaseRunner, job_id: int) -> None:

@@ -262,3 +262,20 @@ def _confirmers(session: Session, target_id: int, excluded: int, alive_seconds: 
         )
         or 0
     )
+
+
+def orphaned_confirmations(
+    session: Session, candidate_ids: list[int], *, alive_seconds: float
+) -> list[int]:
+    """Confirmation candidates still pending that no live worker in good standing may take
+    (the only other worker was quarantined or died): nobody will measure them."""
+    rows = session.execute(
+        select(m.Candidate.id, m.Job.target_id, m.Candidate.exclude_worker)
+        .join(m.Job, m.Job.id == m.Candidate.job_id)
+        .where(m.Candidate.id.in_(candidate_ids), m.Candidate.status == "pending")
+    ).all()
+    return [
+        cid
+        for cid, target_id, excluded in rows
+        if not _confirmers(session, target_id, excluded or 0, alive_seconds)
+    ]

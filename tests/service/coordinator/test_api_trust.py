@@ -141,3 +141,21 @@ def test_a_crash_claim_refuted_by_another_worker_quarantines_its_poster(sqlite_a
     assert _post(api, lab, honest, cid, 1.0).status_code == 200
     assert api.count("SELECT count(*) FROM records WHERE standing = 'refuted'") == 1
     assert api.count("SELECT count(*) FROM workers WHERE quarantined_at IS NOT NULL") == 1
+
+
+def test_a_confirmation_nobody_may_take_is_an_orphan(sqlite_api: Api) -> None:
+    """The only other worker quarantined: the job runner withdraws the confirmation at once
+    instead of waiting two lease periods for a worker that cannot come."""
+    api = sqlite_api
+    poster_token, other_token = api.token("worker", "a"), api.token("worker", "b")
+    poster, other = api.register(poster_token, name="p"), api.register(other_token, name="o")
+    job = api.submit(api.token("client"), trials=1)
+    (cid,) = api.run_job(job["id"], 1)
+    assert _lease(api, poster_token, poster) == [cid]
+    assert _post(api, poster_token, poster, cid, 1.0).status_code == 200
+    ids = _confirm_round(api, job["id"])
+    with api.sessions.write() as s:
+        assert ids and trust.orphaned_confirmations(s, ids, alive_seconds=60) == []
+        trust.quarantine(s, other, "on purpose")
+    with api.sessions.write() as s:
+        assert trust.orphaned_confirmations(s, ids, alive_seconds=60) == ids
