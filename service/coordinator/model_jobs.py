@@ -31,6 +31,7 @@ from service.coordinator.errors import Invalid
 from service.coordinator.records import best_of_jobs
 from service.coordinator.targets import target_id
 from service.db import models as m
+from service.db.store import fetch_records, select_records
 from tuner.database import utc_now
 
 MAX_NODES = 20_000
@@ -220,3 +221,23 @@ def model_tasks(session: Session, parent_id: int) -> list[tuple[int, Any, float]
         child = children[t["key"]]
         out.append((child.id, J.job_task(child), float(t["count"])))
     return out
+
+
+def model_history(session: Session, parent: m.Job) -> list[J.HistoryPoint]:
+    """A model job's tuning curve: one point per record of its tasks, in measurement order;
+    `best_ms` is the sum over tasks of count × best so far (None until each has one)."""
+    counts = {t["key"]: t["count"] for t in parent.model["tasks"]}
+    children = select(m.Job.id).where(m.Job.parent_id == parent.id).scalar_subquery()
+    query = (
+        select_records()
+        .where(m.Record.job_id.in_(children))
+        .order_by(m.Record.measured_at, m.Record.record_id)
+    )
+    best: dict[str, float] = {}
+    points = []
+    for i, r in enumerate(fetch_records(session, query), start=1):
+        if r.median_ms is not None and r.median_ms < best.get(r.workload_key, float("inf")):
+            best[r.workload_key] = r.median_ms
+        total = sum(counts[k] * ms for k, ms in best.items()) if len(best) == len(counts) else None
+        points.append(J.HistoryPoint(i, r.record_id, r.status, r.median_ms, total, r.measured_at))
+    return points

@@ -13,6 +13,10 @@ from pathlib import Path
 import onnx
 import pytest
 
+from frontend.onnx import load_onnx
+from ir.graph.interpret import run_graph
+from loomtune import load_model
+from service.model import check_outputs, sample_inputs
 from tests import models
 from tests.e2e.cluster import ROOT, Coordinator, Proc, Worker, base_env, command, core_list
 
@@ -37,7 +41,7 @@ def procs() -> Iterator[list[Proc]]:
         p.stop()
 
 
-def loomtune(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+def cli(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         command(["loomtune", *argv]),
         cwd=ROOT,
@@ -65,7 +69,7 @@ def test_a_model_job_spends_its_budget_once_over_two_workers_and_builds(
     # replay: the learned search's cost-model rounds took 27 s of the job under load, vs 9 s
     argv = ["jobs", "submit", "--model", str(model), "--trials", str(TRIALS)]
     argv += ["--strategy", "replay", "--seed", "1"]
-    submit = loomtune(
+    submit = cli(
         [*argv, "--wait", "--json"],
         LOOMTUNE_COORDINATOR=c.url,
         LOOMTUNE_TOKEN=client,
@@ -97,13 +101,18 @@ def test_a_model_job_spends_its_budget_once_over_two_workers_and_builds(
     assert {w for w, _ in by_worker} <= {w.id for w in workers}
     assert sum(n for _, n in by_worker) == TRIALS, by_worker
 
-    shown = loomtune(["jobs", "show", str(job["id"]), "--coordinator", c.url, "--token", client])
+    shown = cli(["jobs", "show", str(job["id"]), "--coordinator", c.url, "--token", client])
     assert shown.returncode == 0, shown.stderr
     assert "model mlp (4 tasks)" in shown.stdout and tasks[0]["pattern"] in shown.stdout
 
-    run = loomtune(
-        ["run", "--model", str(model), "--coordinator", c.url, "--token", client, "--json"]
-    )
+    run = cli(["run", "--model", str(model), "--coordinator", c.url, "--token", client, "--json"])
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["correct"] is True and result["tuned_tasks"] == len(known), result
+
+    # The Python API builds from the same records, with the real weights.
+    graph = load_onnx(model)
+    (x,) = sample_inputs(graph)
+    compiled = load_model(model, coordinator=c.url, token=client)
+    problem, _ = check_outputs(compiled(x), run_graph(graph, [x]), list(graph.outputs))
+    assert problem is None, problem

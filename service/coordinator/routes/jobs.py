@@ -149,10 +149,14 @@ def show_job(job_id: JobId, caller: Client, state: State) -> JobOut:
     responses=responses(404),
 )
 def job_history(job_id: JobId, caller: Client, state: State) -> JobHistory:
-    """One point per measurement of the job, in order, with the best so far."""
+    """One point per measurement of the job, in order, with the best so far (a model job's:
+    its tasks' measurements, the best the sum over tasks of count × best)."""
     with state.sessions.read() as session:
         job = J.get_job(session, job_id, caller)
-        points = J.job_history(session, job.id)
+        if job.model is not None:
+            points = model_jobs.model_history(session, job)
+        else:
+            points = J.job_history(session, job.id)
     return JobHistory(
         job_id=job.id,
         status=job.status,  # type: ignore[arg-type]

@@ -102,6 +102,9 @@ def test_progress_best_and_share_per_task(sqlite_api: Api, mlp_graph: Any) -> No
         assert t["trials"] == 1 and t["best_ms"] == pytest.approx(ms)
         assert t["share"] == pytest.approx(t["count"] * ms / total)
     assert sum(t["share"] for t in shown["model"]["tasks"]) == pytest.approx(1.0)
+    history = api.call("GET", f"/v1/jobs/{job['id']}/history", client).json()["points"]
+    assert len(history) == len(ids) and history[-1]["best_ms"] == pytest.approx(total)
+    assert all(p["best_ms"] is None for p in history[:-1])  # until every task has a best
 
 
 def test_cancel_takes_the_tasks_along(sqlite_api: Api, mlp_graph: Any) -> None:
