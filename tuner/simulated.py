@@ -20,7 +20,16 @@ from ir.arith import linear_in
 from ir.expr import Binary, Call, Const, Load, Select
 from ir.lower import lower
 from ir.node import walk
-from ir.program import Allocate, BufferStore, For, IfThenElse, Program, SeqStmt, Stmt
+from ir.program import (
+    Allocate,
+    BufferStore,
+    For,
+    IfThenElse,
+    IntrinsicCall,
+    Program,
+    SeqStmt,
+    Stmt,
+)
 from ir.task import Task
 from tuner.runner import MeasureResult, ReadyFuture, RunnerFuture
 from tuner.trace.errors import TraceError
@@ -83,6 +92,8 @@ def _cost(s: Stmt, ctx: _Ctx) -> float:
         return _cost(s.body, ctx)
     if isinstance(s, BufferStore):
         return _store_cost(s, ctx)
+    if isinstance(s, IntrinsicCall):  # one instruction, one (vector) access per operand
+        return ctx.iterations * (1.0 + len(s.args))
     return 0.0
 
 

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from codegen.host import host_target
+from ir.node import walk
 from ir.target import Target
 from ir.task import library_task
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct
@@ -76,3 +77,19 @@ def test_int8_convolutions_are_tensorized_and_exact_on_this_host(pad: int) -> No
     for trace in samples("conv2d_nhwc_int8", params, host, n=1):
         assert intrinsics(trace) == ["vnni"]
         check_correct(task, trace, host)
+
+
+def test_the_simulated_runner_charges_intrinsic_calls() -> None:
+    from ir.program import IntrinsicCall, Program
+    from tuner.simulated import NS_PER_UNIT, analytic_cost_ms
+
+    task = library_task("matmul_int8", {"m": 64, "n": 64, "k": 64})
+    program = (
+        samples("matmul_int8", {"m": 64, "n": 64, "k": 64}, VNNI, n=1)[0]
+        .apply(task.program)
+        .program
+    )
+    assert 0 < analytic_cost_ms(program) < analytic_cost_ms(task.program)
+    call = next(n for n in walk(program.body) if isinstance(n, IntrinsicCall))
+    alone = Program("one_call", program.inputs, program.outputs, call, program.allocs)
+    assert analytic_cost_ms(alone) == (1 + len(call.args)) * NS_PER_UNIT * 1e-6
