@@ -107,6 +107,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         server = uvicorn.Server(config)
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shut down gracefully, then raised the Ctrl-C again
+        return 0
     finally:
         sock.close()
     if not server.started:
