@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-MODELS = ("bert", "resnet18", "mobilenetv2")
+MODELS = ("bert", "resnet18", "mobilenetv2", "resnet34")
+STAGE_BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
 OPSET = 17
 
 
@@ -106,9 +107,10 @@ def _bn(c: int) -> Any:
     return nn.BatchNorm2d(c)
 
 
-def _resnet(width: int, blocks: int, classes: int) -> Any:
+def _resnet(width: int, blocks: int | tuple[int, ...], classes: int) -> Any:
     """ResNet-18's shape: a 7×7/2 stem and max pool, four stages of `blocks` basic blocks
-    (widths w, 2w, 4w, 8w; stride 2 from the second), global average pool, a classifier."""
+    (widths w, 2w, 4w, 8w; stride 2 from the second), global average pool, a classifier.
+    `blocks` per stage (ResNet-34: 3, 4, 6, 3) or one count for all four."""
     from torch import nn
 
     class Basic(nn.Module):
@@ -135,9 +137,10 @@ def _resnet(width: int, blocks: int, classes: int) -> Any:
         nn.MaxPool2d(3, 2, 1),
     ]
     cin = width
-    for stage in range(4):
+    counts = (blocks,) * 4 if isinstance(blocks, int) else blocks
+    for stage, count in enumerate(counts):
         cout = width << stage
-        for b in range(blocks):
+        for b in range(count):
             layers.append(Basic(cin, cout, 2 if stage and not b else 1))
             cin = cout
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
@@ -215,6 +218,18 @@ def spec(name: str, quick: bool = False) -> ModelSpec:
             return _resnet(c["width"], c["blocks"], c["classes"])
 
         return ModelSpec(name, what, config, resnet, _image, ("input",))
+    if name == "resnet34":  # ResNet-18's layer shapes, more of them: its tasks are ResNet-18's
+        config = (
+            dict(width=8, depth=34, classes=10, size=32)
+            if quick
+            else dict(width=64, depth=34, classes=1000, size=224)
+        )
+        what = "ResNet-34, 224×224" if not quick else "ResNet-34-ish, width 8, 32×32"
+
+        def resnet34(c: dict[str, int]) -> Any:
+            return _resnet(c["width"], STAGE_BLOCKS[c["depth"]], c["classes"])
+
+        return ModelSpec(name, what, config, resnet34, _image, ("input",))
     if name == "mobilenetv2":
         config = (
             dict(width_pct=25, stages=3, classes=10, size=32)
