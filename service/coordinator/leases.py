@@ -395,8 +395,7 @@ def submit_results(session: Session, worker: WorkerRow, results: Sequence[Result
         job = jobs[row.job_id]
         earlier = row.confirms or measured.get((job.workload_key, job.target_id, row.trace_hash))
         if earlier:
-            median = float(statistics.median(r.run_times_ms)) if r.status == "ok" else None
-            trust.confirm(session, earlier, worker.id, r.status, median)
+            trust.confirm(session, earlier, worker.id, r.status, r.run_times_ms)
     return Accepted([row.id for row, _ in fresh], duplicates)
 
 

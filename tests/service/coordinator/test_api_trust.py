@@ -24,6 +24,11 @@ def _post(api: Api, secret: str, wid: int, cid: int, median: float) -> Any:
     )
 
 
+def _post_times(api: Api, secret: str, wid: int, cid: int, times: list[float]) -> Any:
+    body = {**result(cid), "run_times_ms": times}
+    return api.call("POST", f"/v1/workers/{wid}/results", secret, json={"results": [body]})
+
+
 def _confirm_round(api: Api, job_id: int) -> list[int]:
     with api.sessions.write() as s:
         return trust.start_confirmation(s, job_id, alive_seconds=60)
@@ -159,3 +164,54 @@ def test_a_confirmation_nobody_may_take_is_an_orphan(sqlite_api: Api) -> None:
         trust.quarantine(s, other, "on purpose")
     with api.sessions.write() as s:
         assert trust.orphaned_confirmations(s, ids, alive_seconds=60) == ids
+
+
+def test_judge_confirms_noise_by_the_fastest_run_and_catches_liars() -> None:
+    """Load slows a confirmer's median (here 4x the claim), not its fastest run."""
+    noisy = [0.020, 0.021, 0.006, 0.019, 0.020]  # claim 5 us; median 20 us, fastest 6 us
+    assert trust.judge(0.005, "ok", noisy) == (trust.CONFIRMED, 0.006)
+    assert trust.judge(0.005, "ok", [0.004, 0.005]) == (trust.CONFIRMED, 0.005)  # never below
+    assert trust.judge(1.0, "ok", [1.5]) == (trust.CONFIRMED, 1.5)
+    assert trust.judge(0.005 / 1000, "ok", [0.005, 0.006]) == (trust.CAUGHT, None)
+    assert trust.judge(1e-300, "ok", [0.005]) == (trust.CAUGHT, None)
+    assert trust.judge(0.1, "ok", [1.0]) == (trust.CAUGHT, None)  # 10x
+    assert trust.judge(1.0, "ok", [2.0, 2.2]) == (trust.DOUBTED, None)  # 2x: doubt, a strike
+    assert trust.judge(1.0, "crashed", []) == (trust.CAUGHT, None)  # deterministic
+    assert trust.judge(1.0, "timeout", []) == (trust.DOUBTED, None)  # can be load
+
+
+def test_a_noisy_honest_confirmation_confirms_and_doubt_only_strikes(sqlite_api: Api) -> None:
+    api = sqlite_api
+    client, lab = api.token("client"), api.token("worker", "lab")
+    first, second = api.register(lab, name="a"), api.register(lab, name="b")
+    job = api.submit(client, trials=1)
+    api.run_job(job["id"], 1)
+    (cid,) = _lease(api, lab, first)
+    assert _post_times(api, lab, first, cid, [0.005, 0.0052, 0.0049]).status_code == 200
+    ids = _confirm_round(api, job["id"])
+    assert _lease(api, lab, second) == ids
+    noisy = [0.020, 0.021, 0.006, 0.019, 0.020]  # the confirmer's machine was busy
+    assert _post_times(api, lab, second, ids[0], noisy).status_code == 200
+    best = api.call("GET", BEST, client).json()
+    assert best["confirmed"] is True and best["worker_id"] == first
+    assert best["trusted_ms"] == 0.006  # the confirmer's fastest run, not the claim
+    assert api.count("SELECT count(*) FROM workers WHERE quarantined_at IS NOT NULL") == 0
+
+    # a confirmer 2x slower even at its best: the record is refuted, its worker struck once
+    api.call("POST", f"/v1/jobs/{job['id']}/cancel", client)
+    again = api.submit(client, trials=1)
+    api.run_job(again["id"], 1, start=1)
+    (cid,) = _lease(api, lab, second)
+    assert _post_times(api, lab, second, cid, [0.004, 0.004, 0.004]).status_code == 200
+    ids = _confirm_round(api, again["id"])
+    assert len(ids) == 2 and _lease(api, lab, first, 2) == ids  # with the trusted best
+    for cid, times in zip(ids, ([0.008, 0.009], [0.006])):
+        assert _post_times(api, lab, first, cid, times).status_code == 200
+    rows = api.count("SELECT count(*) FROM records WHERE standing = 'refuted'")
+    workers = {
+        w["id"]: w for w in api.call("GET", "/v1/workers", api.token("admin")).json()["workers"]
+    }
+    assert rows == 1 and workers[second]["strikes"] == 1
+    assert workers[second]["quarantined_at"] is None
+    best = api.call("GET", BEST, client).json()
+    assert best["worker_id"] == first and best["trusted_ms"] == 0.006  # the doubt is never served
