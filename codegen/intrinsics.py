@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir as ll
 
-from codegen.emit_expr import I8, I32, I64, PTR, ExpressionEmitter
+from codegen.emit_expr import BFLOAT, I8, I32, I64, PTR, ExpressionEmitter
 from ir.errors import IRError
 from ir.intrinsics import get_intrinsic
 from ir.program import IntrinsicCall
@@ -130,6 +130,34 @@ def _vnni(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
     w = b.load(b_op.ptr, typ=v64, align=1)
     fn = f.m.declare("llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
     out = b.call(fn, [acc, b.bitcast(a, v64), w])
+    b.store(out, c_op.ptr, align=4)
+
+
+# ---------------------------------------------------------------------------
+# AVX-512 BF16
+
+
+@register_implementation("avx512_bf16")
+def _avx512_bf16(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
+    """C[16] (f32) += 2 bf16 of A (broadcast to every lane) . B[16][2] (bf16): one vdpbf16ps.
+
+    LLVM 17+ types the operands `<32 x bfloat>`; A's pair is loaded as one i32 and
+    broadcast, as vnni's four bytes are."""
+    c_op, a_op, b_op = ops
+    _expect("avx512_bf16", c_op, (1, 0))
+    _expect("avx512_bf16", a_op, (0, 1))
+    _expect("avx512_bf16", b_op, (2, 1))
+    b = f.builder
+    v16 = ll.VectorType(ll.FloatType(), 16)
+    i16 = ll.VectorType(I32, 16)
+    v32 = ll.VectorType(BFLOAT, 32)
+    acc = b.load(c_op.ptr, typ=v16, align=4)
+    pair = b.load(a_op.ptr, typ=I32, align=2)
+    lane0 = b.insert_element(ll.Constant(i16, ll.Undefined), pair, ll.Constant(I32, 0))
+    a = b.shuffle_vector(lane0, ll.Constant(i16, ll.Undefined), ll.Constant(i16, [0] * 16))
+    w = b.load(b_op.ptr, typ=v32, align=2)
+    fn = f.m.declare("llvm.x86.avx512bf16.dpbf16ps.512", v16, [v16, v32, v32])
+    out = b.call(fn, [acc, b.bitcast(a, v32), w])
     b.store(out, c_op.ptr, align=4)
 
 

@@ -119,6 +119,17 @@ def _vnni() -> Workload:
     return Workload("vnni", (A, B), (C,))
 
 
+def _avx512_bf16() -> Workload:
+    """vdpbf16ps: 16 float32 lanes, each += the dot product of 2 bf16 (broadcast) and 2 bf16."""
+    A = te.placeholder((2,), "bfloat16", "A")
+    B = te.placeholder((16, 2), "bfloat16", "B")
+    k = te.reduce_axis(2, "k")
+    C = te.compute(
+        (16,), lambda j: te.sum(cast("float32", A[k]) * cast("float32", B[j, k]), axis=k), "C"
+    )
+    return Workload("avx512_bf16", (A, B), (C,))
+
+
 def _amx(dtype_a: str, dtype_b: str, acc: str, pack: int) -> Callable[[], Workload]:
     """An AMX tile product: C[16,16] += A[16, 16·pack] · B, B in the VNNI layout
     B[k // pack, n·pack + k % pack] (16 rows of 64 bytes), as tdpbusd/tdpbf16ps want."""
@@ -153,6 +164,21 @@ VNNI = register_intrinsic(
             ),
         ),
         doc="AVX-512 VNNI vpdpbusd: u8 x s8 -> s32, 16 lanes x 4; B packed [N/16][K/4][16][4]",
+    )
+)
+AVX512_BF16 = register_intrinsic(
+    TensorIntrinsic(
+        "avx512_bf16",
+        _avx512_bf16,
+        features=("avx512bf16",),
+        packs=(
+            (
+                "B",
+                lambda k, n: (n // 16, k // 2, n % 16, k % 2),
+                lambda p, q, r, c: (q * 2 + c, p * 16 + r),
+            ),
+        ),
+        doc="AVX-512 BF16 vdpbf16ps: bf16 x bf16 -> f32, 16 lanes x 2; B packed [N/16][K/2][16][2]",
     )
 )
 AMX_INT8 = register_intrinsic(

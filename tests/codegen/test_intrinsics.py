@@ -21,8 +21,9 @@ from ir.intrinsics import INTRINSICS
 from ir.lower import lower
 from ir.program import Program
 from ir.schedule import Schedule
-from ir.target import Target
+from ir.target import Target, parse_short
 from ir.task import library_task
+from workers.verify import mismatch
 
 AMX_FEATURES = ("+amx-tile", "+amx-int8")
 SAPPHIRE = Target.parse("llvm -mcpu=sapphirerapids -mattr=+avx512f,+avx512vnni,+amx-tile,+amx-int8")
@@ -105,11 +106,44 @@ def test_vnni_kernel_uses_vpdpbusd() -> None:
     assert "vpdpbusd" in asm and "vpmaddwd" not in asm
 
 
+def bf16_matmul(m: int = 8, n: int = 32, k: int = 16) -> Program:
+    sch = Schedule(library_task("matmul_bf16", {"m": m, "n": n, "k": k}).program)
+    i, j, r = sch.get_loops("C")
+    j0, j1 = sch.split(j, [None, 16])
+    r0, r1 = sch.split(r, [None, 2])
+    sch.reorder(i, j0, r0, j1, r1)
+    sch.transform_layout("C", "B", INTRINSICS["avx512_bf16"].packs[0][1])
+    sch.tensorize(j1, "avx512_bf16")
+    return sch.program
+
+
+def test_avx512_bf16_kernel_uses_vdpbf16ps_on_zmm() -> None:
+    """Compiled for Cooper Lake anywhere: every product is one vdpbf16ps on zmm registers
+    (no scalar bf16 widening, no float32 FMA); run only where the CPU has AVX-512 BF16."""
+    asm = assembly(bf16_matmul(), parse_short("cooperlake"))
+    dots = [line.split() for line in asm.splitlines() if "vdpbf16ps" in line]
+    assert len(dots) == 8 * 2 * 8  # m x n/16 x k/2, unrolled by LLVM
+    assert all(d[-1].startswith("%zmm") for d in dots)
+    assert "vfmadd" not in asm
+    if not HOST.has_feature("avx512bf16"):
+        print(f"not run: this CPU ({HOST.cpu}) has no AVX-512 BF16; compiled only")
+        return
+    task = library_task("matmul_bf16", {"m": 8, "n": 32, "k": 16})
+    a, b = task.make_inputs()
+    c = np.full((8, 32), np.nan, np.float32)
+    compile_program(bf16_matmul(), HOST)(a, b, c)
+    assert mismatch(c, task.reference([a, b])[0], 16) is None
+
+
 def test_codegen_refuses_an_intrinsic_the_target_lacks() -> None:
     with pytest.raises(IntrinsicFeatureError, match=r"needs the target feature\(s\) avx512vnni"):
         emit_module(lower(vnni_matmul()), "kernel", features=("+avx", "+avx2", "+fma"))
     with pytest.raises(IntrinsicFeatureError, match="amx-tile, amx-int8"):
         emit_module(lower(amx_matmul()), "kernel", features=("+avx512f",))
+    skylake = parse_short("skylake-avx512")
+    assert skylake is not None and not skylake.has_feature("avx512bf16")
+    with pytest.raises(IntrinsicFeatureError, match=r"needs the target feature\(s\) avx512bf16"):
+        emit_module(lower(bf16_matmul()), "kernel", features=skylake.features)
 
 
 def test_amx_bf16_kernel_compiles_to_tdpbf16ps() -> None:

@@ -11,28 +11,36 @@ from ir.printer import print_program
 from ir.program import IntrinsicCall
 from ir.schedule import Schedule
 from ir.schedule.state import find_block
+from ir.schedule.tensorize import operand_buffers
 from ir.task import library_task
 from tests.ir.schedule.schedcheck import assert_correct, assert_refused
 
 VNNI_HOST = host_target(1).has_feature("avx512vnni")
 needs_vnni = pytest.mark.skipif(not VNNI_HOST, reason="this CPU has no AVX-512 VNNI to run vnni")
+BF16_HOST = host_target(1).has_feature("avx512bf16")
+needs_bf16 = pytest.mark.skipif(
+    not BF16_HOST, reason="this CPU has no AVX-512 BF16 to run avx512_bf16 (compiled only)"
+)
+
+
+def ready(op: str, intrinsic: str, m: int, n: int, k: int) -> tuple[Schedule, list]:
+    """`op` with the intrinsic's 16 x pack loops split off innermost and B packed for it."""
+    pack = INTRINSICS[intrinsic].extents[-1]
+    sch = Schedule(library_task(op, {"m": m, "n": n, "k": k}).program)
+    if n % 16 or k % pack:
+        sch.pad_einsum("C", [1, 16, pack])
+    i, j, r = sch.get_loops("C")
+    j0, j1 = sch.split(j, [None, 16])
+    r0, r1 = sch.split(r, [None, pack])
+    sch.reorder(i, j0, r0, j1, r1)
+    source = (operand_buffers(sch.program, "C", intrinsic) or {})["B"]
+    sch.transform_layout("C", source, *INTRINSICS[intrinsic].packs[0][1:])  # packed order
+    return sch, [i, j0, r0, j1, r1]
 
 
 def vnni_ready(m: int, n: int, k: int) -> tuple[Schedule, list]:
     """matmul_int8 with the intrinsic's loops split off innermost and B packed for vnni."""
-    task = library_task("matmul_int8", {"m": m, "n": n, "k": k})
-    sch = Schedule(task.program)
-    if n % 16 or k % 4:
-        sch.pad_einsum("C", [1, 16, 4])
-    i, j, r = sch.get_loops("C")
-    j0, j1 = sch.split(j, [None, 16])
-    r0, r1 = sch.split(r, [None, 4])
-    sch.reorder(i, j0, r0, j1, r1)
-    source = next(
-        x.buffer.name for x in find_block(sch.program, "C").block.reads if x.buffer.dtype == "int8"
-    )
-    sch.transform_layout("C", source, *INTRINSICS["vnni"].packs[0][1:])  # copy in packed order
-    return sch, [i, j0, r0, j1, r1]
+    return ready("matmul_int8", "vnni", m, n, k)
 
 
 def test_blockize_makes_tile_indexed_block_with_the_init() -> None:
@@ -67,6 +75,36 @@ def test_tensorized_matmul_int8_is_exact(shape: tuple[int, int, int]) -> None:
     calls = [n for n in walk(sch.program.body) if isinstance(n, IntrinsicCall)]
     assert [c.name for c in calls] == ["vnni"]
     assert_correct(library_task("matmul_int8", dict(zip("mnk", shape))), sch.program)
+
+
+@pytest.mark.parametrize("shape", [(16, 32, 8), (7, 48, 12), (12, 40, 18), (5, 17, 3)])
+@needs_bf16
+def test_tensorized_matmul_bf16_meets_the_tolerance(shape: tuple[int, int, int]) -> None:
+    """vdpbf16ps sums two exact products per step (flushing denormals): within the bf16
+    operators' tolerance of the float32 reference; K odd / N not of 16 are padded."""
+    sch, loops = ready("matmul_bf16", "avx512_bf16", *shape)
+    sch.tensorize(loops[3], "avx512_bf16", features=host_target(1).features)
+    calls = [n for n in walk(sch.program.body) if isinstance(n, IntrinsicCall)]
+    assert [c.name for c in calls] == ["avx512_bf16"]
+    assert_correct(library_task("matmul_bf16", dict(zip("mnk", shape))), sch.program)
+
+
+def test_avx512_bf16_refuses_a_target_without_bf16_and_float32_blocks() -> None:
+    sch, loops = ready("matmul_bf16", "avx512_bf16", 16, 32, 8)
+    skylake = ("avx512f", "avx512bw", "avx512vnni")
+    assert_refused(
+        sch,
+        lambda s: s.tensorize(loops[3], "avx512_bf16", features=skylake),
+        "needs the target feature(s) avx512bf16",
+    )
+    f32 = Schedule(library_task("matmul", {"m": 16, "n": 32, "k": 8}).program)
+    i, j, r = f32.get_loops("C")
+    j0, j1 = f32.split(j, [None, 16])
+    r0, r1 = f32.split(r, [None, 2])
+    f32.reorder(i, j0, r0, j1, r1)
+    assert_refused(
+        f32, lambda s: s.tensorize(j1, "avx512_bf16"), "does not match intrinsic avx512_bf16"
+    )
 
 
 def test_tensorize_refusals_name_the_mismatch() -> None:
@@ -124,6 +162,7 @@ def test_registry_refuses_a_second_intrinsic_of_the_same_name() -> None:
     with pytest.raises(IntrinsicError, match="already registered"):
         register_intrinsic(clash)
     assert INTRINSICS["vnni"].ops_per_call == 2 * 16 * 4
+    assert INTRINSICS["avx512_bf16"].ops_per_call == 2 * 16 * 2
     assert INTRINSICS["amx_int8"].ops_per_call == 2 * 16 * 16 * 64
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from codegen.host import host_target
 from ir.node import walk
-from ir.target import Target
+from ir.target import Target, parse_short
 from ir.task import library_task
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct
 from tuner.space import default_space
@@ -63,6 +63,31 @@ def test_bf16_products_take_amx_bf16_and_fall_back_without_it() -> None:
     params = {"m": 16, "n": 32, "k": 40}
     assert all(intrinsics(t) == ["amx_bf16"] for t in samples("matmul_bf16", params, amx_bf16, 2))
     assert all(intrinsics(t) == [] for t in samples("matmul_bf16", params, VNNI, 2))
+
+
+@pytest.mark.parametrize(
+    ("op", "params"),
+    [
+        ("matmul_bf16", {"m": 12, "n": 40, "k": 21}),  # N and K padded
+        ("batch_matmul_bf16", {"b": 2, "m": 8, "n": 32, "k": 16}),
+    ],
+)
+def test_bf16_products_take_avx512_bf16_without_amx(op: str, params: dict[str, int]) -> None:
+    """Zen 5 has AVX-512 BF16 and no AMX: vdpbf16ps tiles; Skylake-X has neither: vectors.
+    Sampled kernels run here where the CPU has the instruction."""
+    znver5, skylake = parse_short("znver5"), parse_short("skylake-avx512")
+    assert znver5 is not None and skylake is not None
+    traces = samples(op, params, znver5, 2)
+    assert all(intrinsics(t) == ["avx512_bf16"] for t in traces)
+    assert all(intrinsics(t) == [] for t in samples(op, params, skylake, 2))
+    host = host_target(1)
+    if not host.has_feature("avx512bf16") or host.has_feature("amx-bf16"):
+        print(f"not run: this CPU ({host.cpu}) does not pick avx512_bf16; sampled only")
+        return
+    task = library_task(op, params)
+    for trace in samples(op, params, host, 2):
+        assert intrinsics(trace) == ["avx512_bf16"]
+        check_correct(task, trace, host)
 
 
 @pytest.mark.parametrize("pad", [0, 1])
