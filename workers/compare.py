@@ -2,7 +2,9 @@
 
 This is what `loomtune run` (and later `apply` and `tune`'s final table) report:
 numpy is limited to the kernel's thread count and timed in the same run, never
-taken from earlier measurements.
+taken from earlier measurements. Both run on the same arrays, at the offset from
+a 64-byte boundary where numpy puts large arrays (`ir.arrays.USER_OFFSET`): the
+speed a user sees, and the one candidates were tuned for.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codegen.kernel import Kernel
+from ir.arrays import USER_OFFSET, copy_at_offset
 from ir.task import Task
 from workers.machine import limit_numpy_threads
 from workers.timing import MeasureConfig, Timing, time_interleaved
@@ -48,11 +51,13 @@ def compare_with_numpy(
     threads: int = 1,
     config: MeasureConfig | None = None,
     seed: int = 0,
+    offset: int = USER_OFFSET,
 ) -> Comparison:
-    """Verify `kernel` on seeded inputs; time it and numpy only if it is correct."""
+    """Verify `kernel` on seeded inputs `offset` bytes past a 64-byte boundary; time it and
+    numpy only if it is correct."""
     config = config or COMPARE_CONFIG
-    inputs = task.make_inputs(seed)
-    outputs = empty_outputs(task.output_specs())
+    inputs = [copy_at_offset(a, offset) for a in task.make_inputs(seed)]
+    outputs = empty_outputs(task.output_specs(), offset)
     kernel(*inputs, *outputs)
     with limit_numpy_threads(threads):
         refs = task.reference(inputs)

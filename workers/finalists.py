@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from codegen.kernel import Kernel, compile_program
+from ir.arrays import TIMED_OFFSETS, copy_at_offset
 from ir.errors import LoomtuneError
 from ir.schedule import ScheduleError
 from ir.target import Target
@@ -38,7 +39,8 @@ FINAL_CONFIG = MeasureConfig(warmup=1, number=0, repeat=7, min_repeat_ms=10.0)
 class Finalist:
     record: TuningRecord
     retimed_ms: float | None
-    """Median of the interleaved re-timing; None when it no longer compiled or verified."""
+    """Median of the interleaved re-timing at the slower offset (`ir.arrays.TIMED_OFFSETS`);
+    None when it no longer compiled or verified."""
     message: str | None = None
 
 
@@ -59,11 +61,14 @@ def select_fastest(
 
     A record whose trace no longer compiles or whose kernel is wrong is left out
     (with its message); None when none is left. A single record is returned
-    without timing.
+    without timing. Like a candidate (`workers.measure`), each is timed at every offset of
+    `ir.arrays.TIMED_OFFSETS` and ranked by the slower; it is verified at the first.
     """
-    inputs = task.make_inputs(seed=0)
+    made = task.make_inputs(seed=0)
+    inputs = {off: [copy_at_offset(a, off) for a in made] for off in TIMED_OFFSETS}
+    first = TIMED_OFFSETS[0]
     with limit_numpy_threads(target.num_threads):
-        refs = task.reference(inputs)
+        refs = task.reference(made)
     kernels: list[tuple[TuningRecord, Kernel, list]] = []
     dropped: list[Finalist] = []
     for record in records:
@@ -77,13 +82,13 @@ def select_fastest(
         ) as e:  # a stored trace this version refuses
             dropped.append(Finalist(record, None, f"{type(e).__name__}: {e}"))
             continue
-        outputs = empty_outputs(task.output_specs())
+        outputs = {off: empty_outputs(task.output_specs(), off) for off in TIMED_OFFSETS}
         try:
-            kernel(*inputs, *outputs)
+            kernel(*inputs[first], *outputs[first])
         except LoomtuneError as e:  # e.g. a scratch allocation that fails here
             dropped.append(Finalist(record, None, str(e)))
             continue
-        wrong = verify(outputs, refs, task.output_names, task.reduction_length)
+        wrong = verify(outputs[first], refs, task.output_names, task.reduction_length)
         if wrong is not None:
             dropped.append(Finalist(record, None, wrong))
             continue
@@ -93,8 +98,11 @@ def select_fastest(
     if len(kernels) == 1:
         record, kernel, _ = kernels[0]
         return Selection(record, kernel, (Finalist(record, None), *dropped))
-    timings = time_interleaved([k.bind_call(*inputs, *out) for _, k, out in kernels], config)
-    ranked = sorted(zip(kernels, timings), key=lambda kt: kt[1].median_ms)
+    calls = [k.bind_call(*inputs[o], *out[o]) for _, k, out in kernels for o in TIMED_OFFSETS]
+    timings = time_interleaved(calls, config)
+    n = len(TIMED_OFFSETS)
+    worst = [max(t.median_ms for t in timings[i : i + n]) for i in range(0, len(timings), n)]
+    ranked = sorted(zip(kernels, worst), key=lambda kt: kt[1])
     (record, kernel, _), _ = ranked[0]
-    finalists = tuple(Finalist(r, t.median_ms) for (r, _, _), t in ranked) + tuple(dropped)
+    finalists = tuple(Finalist(r, ms) for (r, _, _), ms in ranked) + tuple(dropped)
     return Selection(record, kernel, finalists)

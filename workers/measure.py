@@ -18,7 +18,7 @@ import os
 import signal
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from codegen.emit import emit_module
 from codegen.host import llvm_version
 from codegen.jit import compile_ir
 from codegen.kernel import Kernel
+from ir.arrays import TIMED_OFFSETS, copy_at_offset, offset_of
 from ir.errors import LoomtuneError
 from ir.lower import lower
 from ir.node import walk
@@ -35,7 +36,7 @@ from ir.task import Task
 from tuner.runner import MeasureResult
 from tuner.trace.trace import Trace
 from workers.machine import limit_numpy_threads
-from workers.timing import MeasureConfig, time_callable, time_more
+from workers.timing import MeasureConfig, Timing, time_interleaved
 from workers.verify import empty_outputs, verify
 
 FAULT_ENV = "LOOMTUNE_TEST_FAULTS"
@@ -67,10 +68,11 @@ def injected_fault(program: Program) -> str | None:
 
 @dataclass
 class _Prepared:
-    """A task's inputs and numpy's answers: made once per task and thread count."""
+    """A task's inputs (one copy per timed offset) and numpy's answers: made once per task
+    and thread count."""
 
     task: Task
-    inputs: list[np.ndarray]
+    inputs: dict[int, list[np.ndarray]]
     refs: list[np.ndarray]
     best_ms: float | None = None
     """The best median timed here for this task: the bar for a second look."""
@@ -78,6 +80,13 @@ class _Prepared:
 
 class Measurer:
     """Measures candidates of any task; keeps the inputs of the last few tasks.
+
+    A candidate is timed on arrays at each of `offsets` bytes past a 64-byte
+    boundary (`ir.arrays.TIMED_OFFSETS`: 16, where numpy's large arrays start,
+    and 0, where models' and PyTorch's do), interleaved, and its time is the
+    slowest offset's: the search picks kernels whose speed holds on the arrays
+    users pass, and a time does not depend on where this process's allocator
+    put its buffers. It is verified on the first offset's arrays.
 
     A candidate whose first repeats put it within `confirm_within` of the best
     this process has timed for its task gets `confirm_repeat` more: the search
@@ -93,8 +102,10 @@ class Measurer:
         keep_tasks: int = 4,
         confirm_repeat: int = CONFIRM_REPEAT,
         confirm_within: float = CONFIRM_WITHIN,
+        offsets: tuple[int, ...] = TIMED_OFFSETS,
     ) -> None:
         self.worker = worker or f"pid{os.getpid()}"
+        self.offsets = offsets
         self.keep_tasks = keep_tasks
         self.confirm_repeat = confirm_repeat
         self.confirm_within = confirm_within
@@ -106,9 +117,10 @@ class Measurer:
         if key in self._prepared:
             self._prepared.move_to_end(key)
             return self._prepared[key]
-        inputs = task.make_inputs(0)
+        made = task.make_inputs(0)
+        inputs = {off: [copy_at_offset(a, off) for a in made] for off in self.offsets}
         with limit_numpy_threads(threads):
-            refs = [np.asarray(r) for r in task.reference(inputs)]
+            refs = [np.asarray(r) for r in task.reference(made)]
         prepared = _Prepared(task, inputs, refs)
         self._prepared[key] = prepared
         while len(self._prepared) > self.keep_tasks:
@@ -117,6 +129,26 @@ class Measurer:
 
     def _fail(self, status: str, message: str, compile_ms: float = 0.0) -> MeasureResult:
         return MeasureResult(status, (), message, self.worker, compile_ms, self.llvm_version)
+
+    def _time(
+        self, prepared: _Prepared, calls: list, config: MeasureConfig
+    ) -> tuple[list[Timing], int]:
+        """Each offset's timing, interleaved; a contender's with `confirm_repeat` more repeats.
+
+        Every candidate is timed at every offset, so its time does not depend on
+        whether this process saw it as a contender (records of different
+        workers and processes compare: trust's confirmation re-times them).
+        """
+        timings = time_interleaved(calls, config)
+        worst = max(t.median_ms for t in timings)
+        if self.confirm_repeat <= 0 or (
+            prepared.best_ms is not None and worst > prepared.best_ms * self.confirm_within
+        ):
+            return timings, 0
+        again = replace(config, warmup=0, number=timings[0].number, repeat=self.confirm_repeat)
+        more = time_interleaved(calls, again)
+        merged = [Timing(t.times_ms + m.times_ms, t.number) for t, m in zip(timings, more)]
+        return merged, self.confirm_repeat
 
     def measure(
         self, task: Task, target: Target, trace: Trace, config: MeasureConfig = TUNING_CONFIG
@@ -129,7 +161,10 @@ class Measurer:
         `verify` (inputs and numpy's answers when the task is new to this
         process, one run, the comparison) and `timing` (warm-up, calibration
         and the repeats); `confirmed` is the number of extra repeats a
-        contender got (0 for the others).
+        contender got (0 for the others); per timed offset, `offsets` the bytes
+        past a 64-byte boundary where each array (inputs, then outputs) started
+        and `offset_ms` the median there (the result's times are the slowest
+        offset's).
         """
         t0 = time.perf_counter()
         try:
@@ -169,7 +204,8 @@ class Measurer:
                 f"the workload's reference fails: {type(e).__name__}: {e}",
                 compile_ms,
             )
-        outputs = empty_outputs(task.output_specs())
+        outputs = {off: empty_outputs(task.output_specs(), off) for off in self.offsets}
+        first = self.offsets[0]
         try:
             if fault == "crash":
                 os.kill(os.getpid(), signal.SIGSEGV)
@@ -178,7 +214,7 @@ class Measurer:
                     time.sleep(3600)
             if fault == "oom":
                 np.ones(1 << 40, dtype=np.uint8)
-            kernel(*prepared.inputs, *outputs)
+            kernel(*prepared.inputs[first], *outputs[first])
         except MemoryError:
             return self._fail(
                 "runtime_error",
@@ -187,23 +223,19 @@ class Measurer:
             )
         except LoomtuneError as e:
             return self._fail("runtime_error", str(e), compile_ms)
+        out0 = outputs[first][0]
         if fault == "corrupt":
-            outputs[0].reshape(-1)[0] += 1.0 if np.issubdtype(outputs[0].dtype, np.floating) else 1
-        reason = verify(outputs, prepared.refs, task.output_names, task.reduction_length)
+            out0.reshape(-1)[0] += 1.0 if np.issubdtype(out0.dtype, np.floating) else 1
+        reason = verify(outputs[first], prepared.refs, task.output_names, task.reduction_length)
         if reason is not None:
             return self._fail("wrong_result", reason, compile_ms)
         t5 = time.perf_counter()
-        call = kernel.bind_call(*prepared.inputs, *outputs)
-        timing = time_callable(call, config)
-        confirmed = 0
-        if self.confirm_repeat > 0 and (
-            prepared.best_ms is None or timing.median_ms <= prepared.best_ms * self.confirm_within
-        ):
-            timing = time_more(call, timing, self.confirm_repeat, config)
-            confirmed = self.confirm_repeat
+        calls = [kernel.bind_call(*prepared.inputs[o], *outputs[o]) for o in self.offsets]
+        timings, confirmed = self._time(prepared, calls, config)
+        timing = max(timings, key=lambda t: t.median_ms)
         if prepared.best_ms is None or timing.median_ms < prepared.best_ms:
             prepared.best_ms = timing.median_ms
-        if call() != 0:
+        if any(call() != 0 for call in calls):
             return self._fail(
                 "runtime_error",
                 f"kernel {kernel.symbol} returned an error code while timed",
@@ -221,6 +253,10 @@ class Measurer:
         extra = {
             "number": timing.number,
             "confirmed": confirmed,
+            "offsets": [
+                [offset_of(a) for a in (*prepared.inputs[o], *outputs[o])] for o in self.offsets
+            ],
+            "offset_ms": [t.median_ms for t in timings],
             "phases_ms": {k: v * 1e3 for k, v in phases.items()},
         }
         return MeasureResult(

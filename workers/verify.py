@@ -27,8 +27,14 @@ def fill_outputs(arrays: Sequence[np.ndarray]) -> None:
             a.view(np.uint8).fill(SENTINEL_BYTE)
 
 
-def empty_outputs(specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
-    out = [aligned_empty(shape, dtype) for shape, dtype in specs]
+def empty_outputs(
+    specs: Sequence[tuple[tuple[int, ...], np.dtype]], offset: int = 0
+) -> list[np.ndarray]:
+    """NaN-filled outputs starting `offset` bytes past a 64-byte boundary (`ir.arrays`)."""
+    out = [
+        aligned_empty(shape, dtype, offset=offset - offset % np.dtype(dtype).itemsize)
+        for shape, dtype in specs
+    ]
     fill_outputs(out)
     return out
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ir.arrays import aligned_copy, aligned_empty
+from ir.arrays import USER_OFFSET, aligned_copy, aligned_empty, copy_at_offset, offset_of
 from ir.task import library_task
 from workers.verify import empty_outputs
 
@@ -39,3 +39,21 @@ def test_kernel_inputs_and_outputs_are_aligned_and_reproducible() -> None:
         np.testing.assert_array_equal(a, b)
     for out in empty_outputs(task.output_specs()):
         assert out.ctypes.data % 64 == 0 and np.isnan(out).all()
+
+
+@pytest.mark.parametrize("offset", [0, 4, 16, 32, 60])
+def test_aligned_empty_starts_at_the_asked_offset_past_a_64_byte_boundary(offset: int) -> None:
+    a = aligned_empty((3, 100), np.float32, offset=offset)
+    assert offset_of(a) == offset and a.shape == (3, 100) and a.flags.c_contiguous
+    b = copy_at_offset(np.arange(300, dtype=np.float32).reshape(3, 100), offset)
+    assert offset_of(b) == offset
+    np.testing.assert_array_equal(b, np.arange(300, dtype=np.float32).reshape(3, 100))
+
+
+def test_an_offset_that_splits_an_element_is_refused_or_rounded_down() -> None:
+    with pytest.raises(ValueError, match="multiple of 8"):
+        aligned_empty((4,), np.float64, offset=4)
+    with pytest.raises(ValueError, match=r"in \[0, 64\)"):
+        aligned_empty((4,), np.float32, offset=64)
+    assert offset_of(copy_at_offset(np.zeros(4, np.float64), 20)) == 16
+    assert offset_of(copy_at_offset(np.zeros(4, np.int8), USER_OFFSET)) == USER_OFFSET
