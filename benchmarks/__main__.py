@@ -53,6 +53,28 @@ def _parser() -> argparse.ArgumentParser:
         help="before each timing wait up to S seconds for other processes to leave the CPUs "
         "(default 60, quick 0)",
     )
+    _tune_parser(sub)
+    _models_parser(sub)
+    report = sub.add_parser(
+        "report", help="regenerate docs/results.md (and README.md's results block) from the record"
+    )
+    report.add_argument(
+        "--record", type=Path, default=None, help="the record (default benchmarks/results.jsonl)"
+    )
+    report.add_argument(
+        "--doc", type=Path, default=None, help="the page to write (default docs/results.md)"
+    )
+    report.add_argument(
+        "--readme",
+        type=Path,
+        default=None,
+        help="README whose results block to update, where it has the markers (default the "
+        "repository's)",
+    )
+    return parser
+
+
+def _tune_parser(sub: argparse._SubParsersAction) -> None:
     tune = sub.add_parser(
         "tune", help="tune the suite workloads, time the best kernels against numpy and PyTorch"
     )
@@ -95,6 +117,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     tune.add_argument(
+        "--threads",
+        type=_thread_counts,
+        default=[1, 2],
+        metavar="N[,N…]",
+        help="tune and compare every workload at each thread count (default 1,2)",
+    )
+    tune.add_argument(
+        "--layers",
+        action="store_true",
+        help="BERT-base's and ResNet-18's layer shapes as extra rows (slow: 7 more workloads)",
+    )
+    tune.add_argument(
         "--with-tvm",
         action="store_true",
         help="TVM MetaSchedule on the same workloads and budget, its best kernel timed beside "
@@ -123,24 +157,6 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--record", type=Path, default=None, help=RECORD_HELP)
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--wait-quiet", type=float, default=None, metavar="S")
-    _models_parser(sub)
-    report = sub.add_parser(
-        "report", help="regenerate docs/results.md (and README.md's results block) from the record"
-    )
-    report.add_argument(
-        "--record", type=Path, default=None, help="the record (default benchmarks/results.jsonl)"
-    )
-    report.add_argument(
-        "--doc", type=Path, default=None, help="the page to write (default docs/results.md)"
-    )
-    report.add_argument(
-        "--readme",
-        type=Path,
-        default=None,
-        help="README whose results block to update, where it has the markers (default the "
-        "repository's)",
-    )
-    return parser
 
 
 def _models_parser(sub: argparse._SubParsersAction) -> None:
@@ -312,6 +328,8 @@ def _tune(args: argparse.Namespace, command: str) -> int:
         quick=args.quick,
         only=[n.strip() for n in args.only.split(",")] if args.only else None,
         extras=extras,
+        layers=args.layers,
+        threads=args.threads,
         seed=args.seed,
         quiet_wait_s=args.wait_quiet
         if args.wait_quiet is not None

@@ -14,10 +14,12 @@ import numpy as np
 from benchmarks.tune.torch_ref import torch_call
 from codegen.host import parse_target
 from codegen.kernel import Kernel
+from ir.arrays import aligned_copy, offset_of
 from ir.task import Task, gflops
+from workers.compare import SETTLE_S
 from workers.machine import limit_numpy_threads
 from workers.timing import MeasureConfig, Timing, time_interleaved
-from workers.verify import empty_outputs, verify
+from workers.verify import empty_outputs, fill_outputs, verify
 
 FINAL_ROUNDS = 3
 ROUND_PAUSE_S = 5.0
@@ -30,6 +32,15 @@ of seconds slow a whole interleaved call unevenly, and one phase then costs a th
 TVMFactory = Callable[[Sequence[np.ndarray], Sequence[tuple[tuple[int, ...], Any]]], Any]
 
 
+def user_arrays(task: Task, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Inputs and outputs as a user has them: allocated by numpy (`np.array`, `np.empty`),
+    wherever its allocator puts them (16 bytes past a 64-byte boundary for large arrays)."""
+    inputs = [np.array(a) for a in task.make_inputs(seed)]
+    outputs = [np.empty(shape, dtype) for shape, dtype in task.output_specs()]
+    fill_outputs(outputs)
+    return inputs, outputs
+
+
 def compare(
     kernel: Kernel,
     task: Task,
@@ -38,23 +49,29 @@ def compare(
     with_torch: bool = True,
     tvm: TVMFactory | None = None,
     round_pause_s: float = ROUND_PAUSE_S,
+    threads: int = 1,
+    settle_s: float = SETTLE_S,
 ) -> dict[str, Any]:
-    """Verify the kernel (PyTorch, TVM); time them and numpy in one interleaved call."""
-    inputs = task.make_inputs(seed)
-    outputs = empty_outputs(task.output_specs())
+    """Verify the kernel (PyTorch, TVM); time them and numpy in one interleaved call, all on
+    numpy-allocated arrays, with the kernel also on 64-byte aligned copies (`align_gap`)."""
+    inputs, outputs = user_arrays(task, seed)
     kernel(*inputs, *outputs)
-    with limit_numpy_threads(1):
+    with limit_numpy_threads(threads):
         refs = task.reference(inputs)
     message = verify(outputs, refs, task.output_names, task.reduction_length)
     out: dict[str, Any] = {"correct": message is None, "message": message, "torch_message": None}
     if message is not None:
         return out
+    aligned = [aligned_copy(a) for a in inputs]
+    aligned_out = empty_outputs(task.output_specs())
+    out["offsets"] = [offset_of(a) for a in (*inputs, *outputs)]
     fns: list[Callable[[], object]] = [
         kernel.bind_call(*inputs, *outputs),
         lambda: task.reference(inputs),
+        kernel.bind_call(*aligned, *aligned_out),
     ]
-    names = ["loomtune", "numpy"]
-    torch_fn = torch_call(task, inputs) if with_torch else None
+    names = ["loomtune", "numpy", "aligned"]
+    torch_fn = torch_call(task, inputs, threads) if with_torch else None
     if torch_fn is not None:
         call, result = torch_fn
         call()
@@ -76,15 +93,23 @@ def compare(
             if tvm_wrong is None:
                 fns.append(tvm_kernel.call)
                 names.append("tvm")
-    with limit_numpy_threads(1):
+    with limit_numpy_threads(threads):
         timings = dict(
             zip(
                 names,
-                time_interleaved(fns, config, rounds=FINAL_ROUNDS, round_pause_s=round_pause_s),
+                time_interleaved(
+                    fns,
+                    config,
+                    pause_s=settle_s if threads > 1 else 0.0,
+                    rounds=FINAL_ROUNDS,
+                    round_pause_s=round_pause_s,
+                ),
             )
         )
     latency = timings["loomtune"].median_ms
-    for name in ("loomtune", "numpy", "torch", "tvm"):
+    out["aligned_ms"] = timings["aligned"].median_ms
+    out["align_gap"] = latency / out["aligned_ms"] - 1  # > 0: slower on the user's arrays
+    for name in ("loomtune", "numpy", "aligned", "torch", "tvm"):
         out[name] = _timing(timings[name]) if name in timings else None
     out["latency_ms"] = latency
     out["numpy_ms"] = timings["numpy"].median_ms
@@ -119,10 +144,16 @@ class Context:
     with_torch: bool = True
     round_pause_s: float = ROUND_PAUSE_S
     """Between the rounds of a final comparison (0 in a --quick smoke test)."""
+    settle_s: float = SETTLE_S
+    """Before each repeat of a comparison at several threads (0 in a --quick smoke test)."""
 
 
 def final_comparison(
-    ctx: Context, task: Task, kernel: Kernel | None, tvm: TVMFactory | None = None
+    ctx: Context,
+    task: Task,
+    kernel: Kernel | None,
+    tvm: TVMFactory | None = None,
+    threads: int = 1,
 ) -> dict[str, Any]:
     from benchmarks import contention
 
@@ -135,6 +166,8 @@ def final_comparison(
             "torch_ms": None,
             "ratio_numpy": None,
             "ratio_torch": None,
+            "aligned_ms": None,
+            "align_gap": None,
             "others_load": None,
             "contended": False,
             **(
@@ -146,13 +179,25 @@ def final_comparison(
     if ctx.quiet_wait_s > 0:
         contention.wait_until_quiet(ctx.quiet_wait_s)
     before = contention.cpu_snapshot()
-    out = compare(kernel, task, ctx.measure, ctx.seed, ctx.with_torch, tvm, ctx.round_pause_s)
+    out = compare(
+        kernel,
+        task,
+        ctx.measure,
+        ctx.seed,
+        ctx.with_torch,
+        tvm,
+        ctx.round_pause_s,
+        threads,
+        ctx.settle_s,
+    )
     load = contention.others_load(before, contention.cpu_snapshot())
     out.setdefault("latency_ms", None)
     out.setdefault("numpy_ms", None)
     out.setdefault("torch_ms", None)
     out.setdefault("ratio_numpy", None)
     out.setdefault("ratio_torch", None)
+    out.setdefault("aligned_ms", None)
+    out.setdefault("align_gap", None)
     out["others_load"] = load
     out["contended"] = contention.is_contended(load)
     if out["correct"]:
@@ -165,7 +210,8 @@ def final_comparison(
             )
         ctx.log(
             f"    final: loomtune {out['latency_ms']:.3f} ms, numpy {out['numpy_ms']:.3f} ms "
-            f"({out['ratio_numpy']:.2f}×){torch_text}{' (contended)' if out['contended'] else ''}"
+            f"({out['ratio_numpy']:.2f}×){torch_text}, on aligned arrays "
+            f"{out['aligned_ms']:.3f} ms{' (contended)' if out['contended'] else ''}"
         )
     else:
         ctx.log(f"    final: WRONG: {out['message']}")

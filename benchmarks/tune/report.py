@@ -86,6 +86,7 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers += ["% of peak"]
     if tune.get("torch"):
         headers += ["torch ms", "× torch"]
+    headers += ["aligned gap"]
     if tune.get("tvm"):
         headers += ["TVM ms", "TVM × numpy", "TVM tuning s", "vs TVM: faster in ≤ ½ its time"]
     headers += ["correct", "goal"]
@@ -105,6 +106,8 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         cells.append("–" if fraction is None else f"{fraction:.0%}")
         if tune.get("torch"):
             cells += [fmt(r["torch_ms"]), fmt(r["ratio_torch"])]
+        gap = r.get("align_gap")
+        cells.append("–" if gap is None else f"{gap:+.1%}")
         if tune.get("tvm"):
             t = r.get("tvm") or {}
             tvm_s = "–" if t.get("tune_s") is None else f"{t['tune_s']:.0f}"
@@ -149,26 +152,48 @@ def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
     return ["experiment (same run)", "best ms while tuning / latency", "goal"], rows
 
 
+def _threads_text(tune: dict[str, Any]) -> str:
+    """'1 thread', or '1 and 2 threads: tuned and compared at each'."""
+    threads = tune.get("threads") or [1]
+    if threads == [1]:
+        return "1 thread"
+    listed = " and ".join(str(n) for n in threads)
+    return f"{listed} threads (each workload tuned and compared at each)"
+
+
 def _tuning_timing(tune: dict[str, Any]) -> str:
     """How candidates were timed while tuning."""
     m = tune["measure_tuning"]
     more = m["repeat"] + m["confirm_repeat"]
-    return (
+    text = (
         f"{m['repeat']} repeats of at least {m['min_repeat_ms']:g} ms, {more} for a contender "
         f"within {m['confirm_within'] - 1:.0%} of the best"
     )
+    offsets = m.get("offsets") or []  # results before issue 36 timed on aligned arrays only
+    if len(offsets) > 1:
+        listed = " and ".join(str(o) for o in offsets)
+        text += (
+            f" (a contender at arrays {listed} bytes past a 64-byte boundary: the slower counts)"
+        )
+    return text
 
 
 def note(result: dict[str, Any]) -> str:
     tune = result["tune"]
     parts = [
-        f"{tune['strategy']} search, {tune['trials']} trials per workload, 1 thread, a fresh SQLite database per "
-        f"workload, the local pool of {tune['usable_cores']} one-thread measurement processes. "
+        f"{tune['strategy']} search, {tune['trials']} trials per workload, "
+        f"{_threads_text(tune)}, a fresh SQLite database per "
+        f"workload, the local pool of measurement processes ({tune['usable_cores']} cores cut "
+        "into slots of the row's thread count). "
         "`best @N`: the best-so-far median after N trials as measured while tuning ("
         + _tuning_timing(tune)
         + "; the other core measuring the next candidate). `final`: the best kernel re-timed in this process, interleaved with "
         "numpy"
-        + (f" and PyTorch {tune['torch']} (1 thread)" if tune.get("torch") else "")
+        + (
+            f" and PyTorch {tune['torch']} (each at the row's thread count)"
+            if tune.get("torch")
+            else ""
+        )
         + " in one call"
         + (
             f" ({tune['measure_final']['repeat']} repeats in {tune['measure_final']['rounds']} rounds "
@@ -176,7 +201,9 @@ def note(result: dict[str, Any]) -> str:
             if tune["measure_final"]["rounds"] > 1
             else ""
         )
-        + "; × = their time / loomtune's. conv2d's numpy is the library's reference "
+        + ", all on arrays numpy allocated (as a user's are: large ones start 16 bytes past a "
+        "64-byte boundary); `aligned gap`: the same kernel's time on those arrays over its time "
+        "on 64-byte aligned copies of them, timed in the same call, minus 1; × = their time / loomtune's. conv2d's numpy is the library's reference "
         "(sliding windows + tensordot: im2col + GEMM). Tuning s: the whole `tune_task` call; search s: of that, the strategy proposing and learning (the measurement processes wait meanwhile); cand/s: trials / the loop's time.",
     ]
     parts.append(

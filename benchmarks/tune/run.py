@@ -20,11 +20,13 @@ from benchmarks.tune.extras.reuse import reuse
 from benchmarks.tune.extras.scheduler import SCHEDULER_ARMS, scheduler
 from benchmarks.tune.plot import plot
 from benchmarks.tune.report import headline
-from benchmarks.tune.suite import EXTRAS, REUSE_FROM, checkpoints, select
+from benchmarks.tune.suite import EXTRAS, REUSE_FROM, SuiteWorkload, checkpoints, select
 from benchmarks.tune.torch_ref import torch_version
 from benchmarks.tune.tuning import tune_one
 from benchmarks.tune.tvm import tvm_goal, tvm_reference, tvm_row
 from codegen.host import host_target
+from ir.arrays import TIMED_OFFSETS
+from workers.compare import SETTLE_S
 from workers.measure import CONFIRM_REPEAT, CONFIRM_WITHIN, TUNING_CONFIG
 from workers.timing import MeasureConfig
 
@@ -35,6 +37,8 @@ def run(
     quick: bool = False,
     only: Sequence[str] | None = None,
     extras: Sequence[str] = (),
+    layers: bool = False,
+    threads: Sequence[int] = (1,),
     seed: int = 0,
     quiet_wait_s: float = 0.0,
     strategy: str = "evolutionary",
@@ -51,11 +55,16 @@ def run(
     """Rows (one per workload) and ``{"tune": ...}`` with the extras and the settings.
 
     Without `main` the workloads are not tuned one by one (no rows): only the
-    extras that need no main run (``scheduler``) run. With `with_tvm`, TVM
+    extras that need no main run (``scheduler``) run. With `layers`, BERT-base's
+    and ResNet-18's layer shapes follow the suite's workloads as rows (not in
+    the extras). Each workload is tuned and compared at each of `threads`
+    (numpy and PyTorch limited to the same count). With `with_tvm`, TVM
     MetaSchedule tunes each workload first (or its cached records are used,
-    ``benchmarks.tune.tvm_ref``) and its best kernel joins the final timing.
+    ``benchmarks.tune.tvm_ref``) and its best kernel joins the final timing at
+    1 thread.
     """
     workloads = select(quick=quick, only=only)
+    rows_of = select(quick=quick, only=only, layers=layers)
     measure = (
         MeasureConfig(warmup=1, repeat=3, min_repeat_ms=5.0)
         if quick
@@ -66,19 +75,9 @@ def run(
         "strategy": strategy,
         "checkpoints": checkpoints(trials),
         "torch": torch_version() if with_torch else None,
-        "measure_final": {
-            "warmup": measure.warmup,
-            "repeat": measure.repeat,
-            "min_repeat_ms": measure.min_repeat_ms,
-            "rounds": FINAL_ROUNDS,
-            "round_pause_s": 0.0 if quick else ROUND_PAUSE_S,
-        },
-        "measure_tuning": {
-            "repeat": TUNING_CONFIG.repeat,
-            "min_repeat_ms": TUNING_CONFIG.min_repeat_ms,
-            "confirm_repeat": CONFIRM_REPEAT,
-            "confirm_within": CONFIRM_WITHIN,
-        },
+        "threads": list(threads),
+        "layers": layers,
+        **_timing_settings(measure, quick),
         "usable_cores": len(os.sched_getaffinity(0)),
         "tvm": None,
         "extras": {},
@@ -97,41 +96,47 @@ def run(
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="loomtune-tune-") as tmp:
         ctx = Context(
-            Path(tmp), seed, quiet_wait_s, measure, log, with_torch, 0.0 if quick else ROUND_PAUSE_S
+            Path(tmp),
+            seed,
+            quiet_wait_s,
+            measure,
+            log,
+            with_torch,
+            0.0 if quick else ROUND_PAUSE_S,
+            0.0 if quick else SETTLE_S,
         )
         db_files: dict[str, Path] = {}
-        for w in workloads if main else ():
-            task = w.task()
-            db_files[w.name] = ctx.folder / f"{len(db_files)}-{task.op}.sqlite"
-            tvm_meta, tvm_factory = None, None
-            if extra["tvm"] is not None:
-                tvm_meta, tvm_factory = tvm_reference(
-                    w, trials, seed, extra["tvm"], tvm_cache_dir, tvm_retune, log
-                )
-            log(f"tuning {w.name} ({trials} trials)")
-            row = tune_one(
+        if main:
+            rows = _tune_rows(
                 ctx,
-                task,
+                [(w, n) for w in rows_of for n in threads],
                 trials=trials,
                 strategy=strategy,
-                db_file=db_files[w.name],
-                label=w.name,
-                tvm=tvm_factory,
+                tvm=extra["tvm"],
+                tvm_cache_dir=tvm_cache_dir,
+                tvm_retune=tvm_retune,
+                db_files=db_files,
             )
-            row["weight"] = w.weight
-            if tvm_meta is not None:
-                row["tvm"] = tvm_row(tvm_meta, trials)
-                row["tvm_goal"] = tvm_goal(row)
-            rows.append(row)
         seeds = [seed + i for i in range(max(1, evo_seeds))]
         if "evo_replay" in extras and workloads:
             n = min(replay_trials, trials)
-            # The main run's curves stand for seed `seed`'s evolutionary runs (when evolutionary).
-            main_rows = rows if rows and strategy == "evolutionary" else None
+            # The main run's 1-thread suite rows (in the workloads' order, no layer rows) stand for
+            # seed `seed`'s evolutionary runs (when evolutionary).
+            suite_rows = [r for r in rows if r["threads"] == 1][: len(workloads)]
+            main_rows = (
+                suite_rows
+                if len(suite_rows) == len(workloads) and strategy == "evolutionary"
+                else None
+            )
             extra["extras"]["evo_replay"] = evo_replay_all(ctx, workloads, main_rows, n, seeds)
         if "reuse" in extras:
             source = next(
-                (w for w in workloads if w.op == "matmul" and w.params == REUSE_FROM and main), None
+                (
+                    w
+                    for w in workloads
+                    if w.op == "matmul" and w.params == REUSE_FROM and w.name in db_files
+                ),
+                None,
             )
             if source is None:
                 extra["not_done"].append("reuse (matmul 1024³ not in this run)")
@@ -143,6 +148,70 @@ def run(
             log("task scheduler over the workloads")
             extra["extras"]["scheduler"] = scheduler(ctx, workloads, 4 if quick else 128, seeds)
     return rows, {"tune": extra}
+
+
+def _timing_settings(measure: MeasureConfig, quick: bool) -> dict[str, Any]:
+    """How the final comparison and the tuning's measurements time (the result says so)."""
+    return {
+        "measure_final": {
+            "warmup": measure.warmup,
+            "repeat": measure.repeat,
+            "min_repeat_ms": measure.min_repeat_ms,
+            "rounds": FINAL_ROUNDS,
+            "round_pause_s": 0.0 if quick else ROUND_PAUSE_S,
+        },
+        "measure_tuning": {
+            "repeat": TUNING_CONFIG.repeat,
+            "min_repeat_ms": TUNING_CONFIG.min_repeat_ms,
+            "confirm_repeat": CONFIRM_REPEAT,
+            "confirm_within": CONFIRM_WITHIN,
+            "offsets": list(TIMED_OFFSETS),
+        },
+    }
+
+
+def _tune_rows(
+    ctx: Context,
+    cases: Sequence[tuple[SuiteWorkload, int]],
+    *,
+    trials: int,
+    strategy: str,
+    tvm: dict[str, Any] | None,
+    tvm_cache_dir: Path | None,
+    tvm_retune: bool,
+    db_files: dict[str, Path],
+) -> list[dict[str, Any]]:
+    """One row per (workload, threads): tuned in a fresh database, then the final comparison;
+    `db_files` gets each workload's 1-thread database (for the reuse extra)."""
+    rows: list[dict[str, Any]] = []
+    for w, n in cases:
+        task = w.task()
+        label = w.name if n == 1 else f"{w.name}, {n} threads"
+        db_file = ctx.folder / f"{len(rows)}-{task.op}-{n}.sqlite"
+        if n == 1:
+            db_files[w.name] = db_file
+        tvm_meta, tvm_factory = None, None
+        if tvm is not None and n == 1:
+            tvm_meta, tvm_factory = tvm_reference(
+                w, trials, ctx.seed, tvm, tvm_cache_dir, tvm_retune, ctx.log
+            )
+        ctx.log(f"tuning {label} ({trials} trials)")
+        row = tune_one(
+            ctx,
+            task,
+            trials=trials,
+            strategy=strategy,
+            db_file=db_file,
+            label=label,
+            tvm=tvm_factory,
+            threads=n,
+        )
+        row["weight"] = w.weight
+        if tvm_meta is not None:
+            row["tvm"] = tvm_row(tvm_meta, trials)
+            row["tvm_goal"] = tvm_goal(row)
+        rows.append(row)
+    return rows
 
 
 def run_and_write(
@@ -180,10 +249,12 @@ def run_and_write(
         "kind": "tune",
         "description": "tuning to the best kernel: best-so-far per trial, tuning time, the final kernel "
         + (
-            "against numpy, PyTorch and TVM MetaSchedule (tuned for the same trials), 1 thread"
+            "against numpy, PyTorch and TVM MetaSchedule (tuned for the same trials, 1 thread)"
             if kwargs.get("with_tvm")
-            else "against numpy and PyTorch, 1 thread"
+            else "against numpy and PyTorch"
         )
+        + f" on numpy-allocated arrays, at {' and '.join(map(str, kwargs.get('threads', (1,))))} "
+        "thread(s)"
         if kwargs.get("main", True)
         else "the tuning benchmark's extras on their own ("
         + ", ".join(kwargs.get("extras") or ())

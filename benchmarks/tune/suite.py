@@ -64,6 +64,32 @@ QUICK_SUITE = (
     SuiteWorkload("softmax 16×64", "softmax", {"m": 16, "n": 64}, 2),
 )
 
+
+def _conv3x3(name: str, hw: int, c: int, weight: float = 1.0) -> SuiteWorkload:
+    """A 3×3, stride 1, pad 1 convolution keeping `c` channels, NHWC, batch 1."""
+    params = {"n": 1, "h": hw, "w": hw, "ci": c, "co": c, "kh": 3, "kw": 3}
+    return SuiteWorkload(
+        name, "conv2d_nhwc", {**params, "stride": 1, "pad": 1, "dilation": 1}, weight
+    )
+
+
+LAYERS = (
+    SuiteWorkload("BERT-base matmul 128×768×768", "matmul", {"m": 128, "k": 768, "n": 768}),
+    SuiteWorkload("BERT-base matmul 128×768×3072", "matmul", {"m": 128, "k": 768, "n": 3072}),
+    SuiteWorkload("BERT-base matmul 128×3072×768", "matmul", {"m": 128, "k": 3072, "n": 768}),
+    _conv3x3("ResNet-18 conv 56²×64→64 3×3", 56, 64),
+    _conv3x3("ResNet-18 conv 28²×128→128 3×3", 28, 128),
+    _conv3x3("ResNet-18 conv 14²×256→256 3×3", 14, 256),
+    _conv3x3("ResNet-18 conv 7²×512→512 3×3", 7, 512),
+)
+"""The layer shapes of BERT-base (sequence 128: attention projections, FFN up and down)
+and of ResNet-18's four stages: extra rows (``--layers``), too slow for the default run."""
+
+QUICK_LAYERS = (
+    SuiteWorkload("layer matmul 16×24×40", "matmul", {"m": 16, "k": 24, "n": 40}),
+    _conv3x3("layer conv 6²×8→8 3×3", 6, 8),
+)
+
 REUSE_FROM = {"m": 1024, "n": 1024, "k": 1024}
 REUSE_TO = {"m": 1000, "n": 1000, "k": 1000}
 
@@ -72,9 +98,14 @@ def short_name(w: SuiteWorkload) -> str:
     return w.name.split()[0]
 
 
-def select(*, quick: bool = False, only: Sequence[str] | None = None) -> list[SuiteWorkload]:
-    """The suite (or the quick suite), restricted to the names in `only` (short or full)."""
+def select(
+    *, quick: bool = False, only: Sequence[str] | None = None, layers: bool = False
+) -> list[SuiteWorkload]:
+    """The suite (or the quick suite), with the layer shapes after it when `layers`,
+    restricted to the names in `only` (short or full)."""
     workloads = list(QUICK_SUITE if quick else SUITE)
+    if layers:
+        workloads += QUICK_LAYERS if quick else LAYERS
     if only:
         wanted = {name.strip().lower() for name in only}
         workloads = [

@@ -1,4 +1,5 @@
-"""PyTorch beside loomtune: the same computation at one thread, for the final comparison."""
+"""PyTorch beside loomtune: the same computation at the kernel's thread count, for the final
+comparison."""
 
 from __future__ import annotations
 
@@ -19,18 +20,21 @@ def torch_version() -> str | None:
 
 
 def torch_call(
-    task: Task, inputs: Sequence[np.ndarray]
+    task: Task, inputs: Sequence[np.ndarray], threads: int = 1
 ) -> tuple[Callable[[], object], Callable[[], list[np.ndarray]]] | None:
-    """(a call computing `task` with PyTorch at 1 thread, a getter of its outputs), or None.
+    """(a call computing `task` with PyTorch at `threads` threads, a getter of its outputs),
+    or None.
 
-    The inputs are converted once, outside the timed call; the call writes into
-    preallocated outputs where PyTorch allows it (``out=``).
+    The inputs are shared with numpy (``torch.from_numpy``: PyTorch reads the
+    very arrays, at their addresses); the call writes into preallocated outputs
+    where PyTorch allows it (``out=``). The thread count is process-wide: calls at
+    different counts must not be interleaved.
     """
     try:
         import torch
     except Exception:
         return None
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     p = task.params
     t = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
     if task.op in ("matmul", "batch_matmul"):

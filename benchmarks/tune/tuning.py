@@ -34,15 +34,17 @@ def tune_one(
     final: bool = True,
     seed: int | None = None,
     tvm: TVMFactory | None = None,
+    threads: int = 1,
 ) -> dict[str, Any]:
-    """Tune `task` in the database `db_file`; the row (curve, times, final comparison)."""
+    """Tune `task` at `threads` threads in the database `db_file`; the row (curve, times,
+    final comparison at that thread count)."""
     from benchmarks import contention
     from service.db.store import open_database
     from service.tuning import tune_task
     from workers.pool import LocalPool
 
     database = open_database(f"sqlite:///{db_file}")
-    pool = LocalPool(threads=1)
+    pool = LocalPool(threads=threads)
     trial_times: list[float] = []
     statuses: dict[str, int] = {}
     marks = set(checkpoints(trials))
@@ -68,7 +70,7 @@ def tune_one(
         start = time.perf_counter()
         outcome = tune_task(
             task,
-            threads=1,
+            threads=threads,
             trials=trials,
             strategy=strategy,
             database=database,
@@ -96,6 +98,7 @@ def tune_one(
         "label": label,
         "op": task.op,
         "params": dict(task.params),
+        "threads": threads,
         "workload_key": task.key,
         "target": outcome.target.canonical(),
         "flops": task.flops,
@@ -134,7 +137,7 @@ def tune_one(
         f"the fastest finalist's {row['best_tuning_ms']} ms"
     )
     if final:
-        row.update(final_comparison(ctx, task, outcome.kernel, tvm))
+        row.update(final_comparison(ctx, task, outcome.kernel, tvm, threads))
     return row
 
 

@@ -23,6 +23,24 @@ from benchmarks.tune.extras import evo_replay as tune_evo
 from ir.task import library_task
 from workers.timing import MeasureConfig
 
+CONV = tune_suite.QUICK_LAYERS[1].name
+
+
+def _assert_compared_on_numpy_arrays(row: dict, with_torch: bool) -> None:
+    """The final comparison at the row's thread count, on arrays numpy allocated, beside the
+    same kernel on 64-byte aligned copies timed in the same interleaved call."""
+    assert row["correct"] is True
+    assert row["target"].endswith(f"-num-threads={row['threads']}")
+    # numpy's allocator placed them: on 16-byte boundaries (rarely on 64-byte ones)
+    assert len(row["offsets"]) == 3  # A, B and C; X, W and Y
+    assert row["offsets"] and all(o % 16 == 0 for o in row["offsets"])
+    k, a = row["loomtune"], row["aligned"]
+    assert len(a["times_ms"]) == len(k["times_ms"])
+    assert row["aligned_ms"] == a["median_ms"]
+    assert row["align_gap"] == pytest.approx(k["median_ms"] / a["median_ms"] - 1)
+    if with_torch:  # PyTorch at the row's thread count
+        assert row["torch"] is not None and row["ratio_torch"] > 0
+
 
 def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     code = main(
@@ -32,7 +50,8 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
             "--trials",
             "4",
             "--only",
-            "matmul",
+            f"matmul,{CONV}",
+            "--layers",
             "--extras",
             "evo_replay",
             "--replay-trials",
@@ -54,11 +73,24 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
         "min_repeat_ms": 2.0,
         "confirm_repeat": 6,
         "confirm_within": 1.05,
+        "offsets": [16, 0],
     }
-    assert "9 for a contender within 5% of the best" in tune_report.note(result)
+    assert "9 for a contender within 5% of the best (a contender at arrays 16 and 0 bytes" in (
+        tune_report.note(result)
+    )
     assert "reuse" in details["not_done"] and "scheduler" in details["not_done"]
 
-    (row,) = result["rows"]
+    # --layers: the layer row after the suite's; each at 1 and 2 threads (the default)
+    assert details["threads"] == [1, 2] and details["layers"] is True
+    assert [(r["case"], r["threads"]) for r in result["rows"]] == [
+        ("matmul 32³", 1),
+        ("matmul 32³, 2 threads", 2),
+        (CONV, 1),
+        (f"{CONV}, 2 threads", 2),
+    ]
+    for r in result["rows"]:
+        _assert_compared_on_numpy_arrays(r, details["torch"] is not None)
+    row = result["rows"][0]
     assert row["op"] == "matmul" and row["correct"] is True and row["trials_done"] == 4
     assert len(row["history_ms"]) == len(row["trial_times_s"]) == 4
     known = [v for v in row["history_ms"] if v is not None]
@@ -101,9 +133,23 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     # the core's FMA roof, measured in the run, and each kernel as a fraction of it
     assert result["peak_gflops"] > 0
     headers, cells = tune_report.main_table(result)
+    assert cells[0][headers.index("aligned gap")] == f"{row['align_gap']:+.1%}"
+    assert "1 and 2 threads" in tune_report.note(result)
     fraction = cells[0][headers.index("% of peak")]
     assert fraction == f"{row['gflops'] / result['peak_gflops']:.0%}"
     assert f"{result['peak_gflops']:.0f} GFLOP/s" in tune_report.note(result)
+
+
+def test_the_layer_shapes_are_bert_bases_and_resnet_18s() -> None:
+    layers = tune_suite.select(layers=True)[len(tune_suite.SUITE) :]
+    assert [(w.params["m"], w.params["k"], w.params["n"]) for w in layers[:3]] == [
+        (128, 768, 768),
+        (128, 768, 3072),
+        (128, 3072, 768),
+    ]
+    convs = [(w.params["h"], w.params["ci"], w.params["co"], w.params["pad"]) for w in layers[3:]]
+    assert convs == [(56, 64, 64, 1), (28, 128, 128, 1), (14, 256, 256, 1), (7, 512, 512, 1)]
+    assert tune_suite.select() == list(tune_suite.SUITE)  # not in the default run
 
 
 def test_checkpoints_end_at_the_budget() -> None:
