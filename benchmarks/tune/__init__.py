@@ -1,18 +1,23 @@
 """The tuning benchmark: tune each suite workload for a budget of trials, then time
 the best kernel against numpy (and PyTorch where installed) interleaved in one run.
 
-``python -m benchmarks tune [--trials N] [--only NAME,...] [--extras evo_replay,reuse,scheduler]``
+``python -m benchmarks tune [--trials N] [--only NAME,...] [--threads 1,2] [--layers]
+[--extras evo_replay,reuse,scheduler]``
 
-Per workload, in a fresh SQLite tuning database of its own (a temporary
-folder), ``service.tuning.tune_task`` runs the real loop: the rule-based
-design space, the strategy (evolutionary by default), the local pool of
-one-thread measurement processes (one per usable core). The curve is the
-best-so-far median per trial as the pool measured it while tuning
+Per workload and thread count (``--threads``, default 1 and 2), in a fresh
+SQLite tuning database of its own (a temporary folder),
+``service.tuning.tune_task`` runs the real loop: the rule-based design space,
+the strategy (evolutionary by default), the local pool of measurement
+processes (the usable cores cut into slots of that many threads). The curve
+is the best-so-far median per trial as the pool measured it while tuning
 (``workers.measure.TUNING_CONFIG``, short repeats, the other core busy with
 the next candidate). Then, in this process, the best stored kernel is
-compiled, verified, and timed interleaved with numpy (limited to one thread)
-and PyTorch (``torch.set_num_threads(1)``; its answer verified too) in one
-``time_interleaved`` call: the ratios of the table come from that call only.
+compiled, verified, and timed interleaved with numpy and PyTorch (both
+limited to the same thread count; PyTorch's answer verified too) in one
+``time_interleaved`` call, all on arrays numpy allocated as a user's are,
+beside the same kernel on 64-byte aligned copies (the row's ``align_gap``):
+the ratios of the table come from that call only. ``--layers`` adds
+BERT-base's and ResNet-18's layer shapes as rows (``suite.LAYERS``).
 
 The extras (each optional, each in the same run; one module each in ``extras/``):
 
