@@ -5,8 +5,10 @@ confirmation costs at most 10% of the job's measurements (docs/architecture.md "
 
 The liars are threads of this test: they lease, measure the candidate honestly in
 process, and post their fastest run divided by their factor (or 1e-300) as every run.
-Lying from the fastest run keeps the lie a lie on a loaded machine (the liar's own
-median can be 4x its fastest), so the test cannot pass by accident of load, nor fail by it.
+The careful liar posts just above the plausibility bound (about 19x faster than the
+truth for this softmax), whatever load does to its own runs: far beyond what load does
+to an honest confirmer (at most 2.6x at its fastest, measured), so load can neither hide
+the lie nor make an honest worker look like a liar.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def cluster() -> Iterator[tuple[Coordinator, list[Proc]]]:
 
 class Liar(threading.Thread):
     """A worker that measures honestly and posts its fastest run / `factor` (or `fixed`);
-    a careful one never posts faster than twice the plausibility bound."""
+    a careful one never posts faster than 1.1x the plausibility bound."""
 
     def __init__(
         self,
@@ -92,7 +94,7 @@ class Liar(threading.Thread):
             )
             # A careful liar stays above the plausibility bound: only confirmation catches it.
             floor = (
-                2 * floor_ms(c["workload_key"], c["workload"], c["target"]) if self.careful else 0
+                1.1 * floor_ms(c["workload_key"], c["workload"], c["target"]) if self.careful else 0
             )
             lie = self.fixed or max(min(got.run_times_ms or [1.0]) / self.factor, floor)
             times = [lie] * len(got.run_times_ms)
@@ -163,7 +165,9 @@ def test_impossible_times_are_refused_and_their_workers_quarantined(
     assert set(ok_by) == {honest.id}, ok_by
     quarantined = dict(c.rows("SELECT id, strikes FROM workers WHERE quarantined_at IS NOT NULL"))
     assert quarantined == {liar.id: 3 for liar in liars}, quarantined
-    assert all(s == 422 for liar in liars for s in liar.statuses[:3]), [x.statuses for x in liars]
+    # 409: a lease lost while the liar measured on a loaded machine (4 s leases); not a verdict
+    verdicts = [[s for s in liar.statuses if s != 409] for liar in liars]
+    assert all(v[:3] == [422] * 3 for v in verdicts), [x.statuses for x in liars]
     served = best(c, client, MATMUL)
     assert served["worker_id"] == honest.id and served["latency_ms"] > 1e-3
 
@@ -178,7 +182,7 @@ def test_a_plausible_liar_is_refuted_by_confirmation(
     procs.extend(honest)
     for w in honest:
         w.ready()
-    liar = Liar(c.url, c.token("worker", "mallory"), factor=10, careful=True)
+    liar = Liar(c.url, c.token("worker", "mallory"), factor=1000, careful=True)
     liar.start()
     client = c.token("client", "alice")
     job = run_job(c, client, SOFTMAX)

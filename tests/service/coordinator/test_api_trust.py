@@ -171,11 +171,11 @@ def test_judge_confirms_noise_by_the_fastest_run_and_catches_liars() -> None:
     noisy = [0.020, 0.021, 0.006, 0.019, 0.020]  # claim 5 us; median 20 us, fastest 6 us
     assert trust.judge(0.005, "ok", noisy) == (trust.CONFIRMED, 0.006)
     assert trust.judge(0.005, "ok", [0.004, 0.005]) == (trust.CONFIRMED, 0.005)  # never below
-    assert trust.judge(1.0, "ok", [1.5]) == (trust.CONFIRMED, 1.5)
+    assert trust.judge(1.0, "ok", [2.5, 4.0]) == (trust.CONFIRMED, 2.5)  # ranked at 2.5
     assert trust.judge(0.005 / 1000, "ok", [0.005, 0.006]) == (trust.CAUGHT, None)
     assert trust.judge(1e-300, "ok", [0.005]) == (trust.CAUGHT, None)
     assert trust.judge(0.1, "ok", [1.0]) == (trust.CAUGHT, None)  # 10x
-    assert trust.judge(1.0, "ok", [2.0, 2.2]) == (trust.DOUBTED, None)  # 2x: doubt, a strike
+    assert trust.judge(1.0, "ok", [4.0, 4.2]) == (trust.DOUBTED, None)  # 4x: doubt, a strike
     assert trust.judge(1.0, "crashed", []) == (trust.CAUGHT, None)  # deterministic
     assert trust.judge(1.0, "timeout", []) == (trust.DOUBTED, None)  # can be load
 
@@ -197,7 +197,7 @@ def test_a_noisy_honest_confirmation_confirms_and_doubt_only_strikes(sqlite_api:
     assert best["trusted_ms"] == 0.006  # the confirmer's fastest run, not the claim
     assert api.count("SELECT count(*) FROM workers WHERE quarantined_at IS NOT NULL") == 0
 
-    # a confirmer 2x slower even at its best: the record is refuted, its worker struck once
+    # a confirmer 4x slower even at its best: the record is refuted, its worker struck once
     api.call("POST", f"/v1/jobs/{job['id']}/cancel", client)
     again = api.submit(client, trials=1)
     api.run_job(again["id"], 1, start=1)
@@ -205,7 +205,7 @@ def test_a_noisy_honest_confirmation_confirms_and_doubt_only_strikes(sqlite_api:
     assert _post_times(api, lab, second, cid, [0.004, 0.004, 0.004]).status_code == 200
     ids = _confirm_round(api, again["id"])
     assert len(ids) == 2 and _lease(api, lab, first, 2) == ids  # with the trusted best
-    for cid, times in zip(ids, ([0.008, 0.009], [0.006])):
+    for cid, times in zip(ids, ([0.016, 0.018], [0.006])):
         assert _post_times(api, lab, first, cid, times).status_code == 200
     rows = api.count("SELECT count(*) FROM records WHERE standing = 'refuted'")
     workers = {
