@@ -40,8 +40,22 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
+class _JsonBounds:
+    """Bounds as JSON Schema spells them: behind `_not_bool` pydantic writes `ge`/`le`,
+    keywords no client or schemathesis reads (it then generated 0 for a minimum of 1)."""
+
+    def __get_pydantic_json_schema__(self, core: Any, handler: Any) -> dict[str, Any]:
+        schema = handler(core)
+        for ours, theirs in (("ge", "minimum"), ("le", "maximum")):
+            if ours in schema:
+                schema[theirs] = schema.pop(ours)
+        return schema
+
+
 Int = Annotated[int, Strict(), BeforeValidator(_not_bool)]
-"""An integer as JSON spells one: "4", 4.0 and true are refused (no coercion)."""
+"""An integer as JSON spells one: "4", 4.0 and true are refused (no coercion). Bounded, it
+is written `Annotated[Int, Field(ge=..., le=...), BOUNDS]`."""
+BOUNDS = _JsonBounds()
 
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_DEFINITION_DEPTH = 64
@@ -79,7 +93,7 @@ TargetText = Annotated[str, StringConstraints(min_length=1, max_length=2048, pat
 Owner = Annotated[str, StringConstraints(pattern=OWNER_PATTERN)]
 Version = Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)]
 Message = Annotated[str, StringConstraints(max_length=100_000, pattern=_NO_NUL)]
-Id = Annotated[Int, Field(ge=1, le=MAX_ID)]
+Id = Annotated[Int, Field(ge=1, le=MAX_ID), BOUNDS]
 RecordStatus = Literal["ok", "compile_error", "runtime_error", "timeout", "wrong_result", "crashed"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 ShownStatus = Literal["queued", "waiting", "running", "succeeded", "failed", "cancelled"]
@@ -97,15 +111,34 @@ class _In(BaseModel):
 # -- jobs -----------------------------------------------------------------------------------
 
 
+def _exactly_one(*names: str) -> ConfigDict:
+    """A body with exactly one of these fields, as the OpenAPI schema says it: `oneOf` of
+    `required`, and the fields not nullable there (null means absent: pydantic's nullable
+    form would let `{"workload": null}` pass as the one field given)."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        schema["oneOf"] = [{"required": [n]} for n in names]
+        for name in names:
+            field = schema["properties"][name]
+            kinds = [k for k in field.pop("anyOf", []) if k != {"type": "null"}]
+            if len(kinds) == 1:
+                field.update(kinds[0])
+            field.pop("default", None)
+
+    return ConfigDict(extra="forbid", json_schema_extra=extra)
+
+
 class WorkloadIn(_In):
     """A library operator with parameters, or a custom definition (`loomtune.workload/1`)."""
+
+    model_config = _exactly_one("op", "definition")
 
     op: (
         Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)] | None
     ) = Field(default=None, description="a library operator (`loomtune ops`)", examples=["matmul"])
     params: dict[
         Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)],
-        Annotated[Int, Field(ge=-MAX_ID, le=MAX_ID)],
+        Annotated[Int, Field(ge=-MAX_ID, le=MAX_ID), BOUNDS],
     ] = Field(
         default_factory=dict,
         description="parameters, name -> integer",
@@ -137,6 +170,8 @@ class WorkloadIn(_In):
 
 
 class JobCreate(_In):
+    model_config = _exactly_one("workload", "model")
+
     workload: WorkloadIn | None = Field(
         default=None, description="the workload to tune (or `model`, not both)"
     )
@@ -152,6 +187,7 @@ class JobCreate(_In):
     trials: Annotated[
         Int,
         Field(ge=1, description="the budget: measurements to make (at most LOOMTUNE_MAX_TRIALS)"),
+        BOUNDS,
     ]
     strategy: (
         Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=_PRINTABLE)] | None
@@ -159,7 +195,7 @@ class JobCreate(_In):
         default=None,
         description="search strategy (default: evolutionary when it exists, else replay)",
     )
-    seed: Annotated[Int, Field(ge=0, le=MAX_ID)] | None = None
+    seed: Annotated[Int, Field(ge=0, le=MAX_ID), BOUNDS] | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> JobCreate:
@@ -391,7 +427,7 @@ class HeartbeatOut(BaseModel):
 
 
 class LeaseRequest(_In):
-    max_candidates: Annotated[Int, Field(ge=1, le=MAX_LEASE_BATCH)] = 1
+    max_candidates: Annotated[Int, Field(ge=1, le=MAX_LEASE_BATCH), BOUNDS] = 1
 
 
 class LeasedCandidate(BaseModel):
@@ -415,6 +451,16 @@ class LeaseOut(BaseModel):
 
 
 class ResultIn(_In):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [  # an ok result has at least one run time
+                {"properties": {"status": {"not": {"const": "ok"}}}},
+                {"required": ["run_times_ms"], "properties": {"run_times_ms": {"minItems": 1}}},
+            ]
+        },
+    )
+
     candidate_id: Id
     record_id: uuid.UUID = Field(
         description="a UUID the worker gives the measurement; posting it again is a no-op"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 
 from service.coordinator import jobs as J
 from service.coordinator import model_jobs
 from service.coordinator.deps import Client, State
 from service.coordinator.errors import Invalid
 from service.coordinator.responses import COMMON, responses
+from service.coordinator.routes.query import known_query
 from service.coordinator.schemas import (
     MAX_ID,
     HistoryPointOut,
@@ -25,7 +26,12 @@ from service.coordinator.schemas import (
 )
 from service.coordinator.targets import resolve_target
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=responses(*COMMON))
+router = APIRouter(
+    prefix="/v1/jobs",
+    tags=["jobs"],
+    responses=responses(*COMMON),
+    dependencies=[Depends(known_query)],
+)
 
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="the job's id")]
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from service.coordinator.deps import Client, State
 from service.coordinator.responses import COMMON, responses
+from service.coordinator.routes.query import known_query
 from service.coordinator.targets import served_with_counts
 
-router = APIRouter(prefix="/v1/targets", tags=["targets"], responses=responses(*COMMON))
+router = APIRouter(
+    prefix="/v1/targets",
+    tags=["targets"],
+    responses=responses(*COMMON),
+    dependencies=[Depends(known_query)],
+)
 
 
 class TargetOut(BaseModel):

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Path
 
 from service.coordinator import tokens as T
 from service.coordinator.deps import Admin, State
 from service.coordinator.responses import COMMON, responses
+from service.coordinator.routes.query import known_query
 from service.coordinator.schemas import MAX_ID, TokenCreate, TokenCreated, TokenList, TokenOut
 from service.db import models as m
 from service.db.session import as_utc, as_utc_or_none
 
-router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=responses(*COMMON))
+router = APIRouter(
+    prefix="/v1/tokens",
+    tags=["tokens"],
+    responses=responses(*COMMON),
+    dependencies=[Depends(known_query)],
+)
 
 
 def token_out(token: m.ApiToken) -> TokenOut:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Path
 
 from service.coordinator import leases as L
 from service.coordinator import trust
 from service.coordinator.deps import Admin, State, WorkerRole
 from service.coordinator.errors import Conflict
 from service.coordinator.responses import COMMON, ErrorOut, responses
+from service.coordinator.routes.query import known_query
 from service.coordinator.schemas import (
     MAX_ID,
     HeartbeatOut,
@@ -28,7 +29,12 @@ from service.coordinator.schemas import (
 )
 from service.db.session import as_utc, as_utc_or_none
 
-router = APIRouter(prefix="/v1/workers", tags=["workers"], responses=responses(*COMMON))
+router = APIRouter(
+    prefix="/v1/workers",
+    tags=["workers"],
+    responses=responses(*COMMON),
+    dependencies=[Depends(known_query)],
+)
 
 WorkerId = Annotated[int, Path(ge=1, le=MAX_ID, description="the worker's id (from registration)")]
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 from sqlalchemy import select
 
 from service.coordinator.deps import Client, State
 from service.coordinator.errors import NotFound
 from service.coordinator.records import list_workloads, records_of_workload, standings
 from service.coordinator.responses import COMMON, responses
+from service.coordinator.routes.query import known_query
 from service.coordinator.schemas import (
     MAX_ID,
     RecordList,
@@ -23,7 +24,12 @@ from service.coordinator.targets import resolve_target
 from service.db import models as m
 from service.db.session import as_utc
 
-router = APIRouter(prefix="/v1/workloads", tags=["workloads"], responses=responses(*COMMON))
+router = APIRouter(
+    prefix="/v1/workloads",
+    tags=["workloads"],
+    responses=responses(*COMMON),
+    dependencies=[Depends(known_query)],
+)
 
 
 @router.get("", response_model=WorkloadList, summary="Workloads in the database")
