@@ -399,7 +399,10 @@ class WorkerOut(BaseModel):
     last_heartbeat: datetime
     alive: bool
     leases: int = Field(description="leases held now")
-    strikes: int = Field(default=0, description="results refused as physically implausible")
+    strikes: int = Field(
+        default=0,
+        description="results refused as physically implausible, or doubted by a confirmer",
+    )
     quarantined_at: datetime | None = Field(
         default=None, description="when its results failed confirmation (no more leases)"
     )

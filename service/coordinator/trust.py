@@ -54,7 +54,7 @@ its worker gets a strike (three quarantine), so one confirmation on a machine ev
 than measured costs an honest worker one record, not its standing. 1e-300 and 1000x lies
 are orders of magnitude beyond; so is a careful liar just above the plausibility bound."""
 QUARANTINE_STRIKES = 3
-"""Implausible results a worker may post before it is quarantined."""
+"""Strikes (implausible results, doubtful confirmations) that quarantine a worker."""
 HIDING = ("crashed", "wrong_result")
 """Failures a worker could claim to hide a good candidate: deterministic for a correct kernel,
 so another worker measuring the trace ok refutes them (timeouts can be load: not these).
@@ -106,7 +106,8 @@ def floor_ms(workload_key: str, spec: dict[str, Any], target: str) -> float:
 
 
 def strike(session: Session, worker_id: int, reason: str) -> bool:
-    """Count an implausible result against a worker; True when that quarantined it."""
+    """Count an implausible result, or a doubtful confirmation, against a worker; True when
+    that quarantined it."""
     strikes = session.scalar(
         update(m.Worker)
         .where(m.Worker.id == worker_id)
@@ -114,7 +115,7 @@ def strike(session: Session, worker_id: int, reason: str) -> bool:
         .returning(m.Worker.strikes)
     )
     if strikes is not None and strikes >= QUARANTINE_STRIKES:
-        quarantine(session, worker_id, f"{strikes} implausible results; the last: {reason}")
+        quarantine(session, worker_id, f"{strikes} strikes; the last: {reason}")
         return True
     return False
 
