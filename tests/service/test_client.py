@@ -31,7 +31,8 @@ def test_jobs_submit_list_get_history_cancel(sqlite_api: Api) -> None:
     api = sqlite_api
     c = _client(api, api.token("client", "alice"))
     job = c.submit("matmul", MM, trials=4, target=ZEN, strategy="replay", seed=3)
-    assert job["status"] == "queued" and job["trials"] == 4 and job["trials_done"] == 0
+    # queued, shown as waiting: no worker serves ZEN
+    assert job["status"] == "waiting" and job["trials"] == 4 and job["trials_done"] == 0
     assert job["workload"]["op"] == "matmul" and job["workload"]["params"] == MM
     assert job["strategy"] == "replay" and job["seed"] == 3 and job["target"] == ZEN
     assert job["waiting_reason"]  # no worker serves ZEN
@@ -140,7 +141,8 @@ def test_wait_follows_the_job_until_it_ends(sqlite_api: Api) -> None:
     )
     t.join()
     assert done["status"] == "succeeded" and done["trials_done"] == 2
-    assert seen[0] == ("queued", 0) and ("running", 1) in seen and seen[-1] == ("succeeded", 2)
+    # queued and running are shown as waiting while no worker serves ZEN
+    assert seen[0] == ("waiting", 0) and ("waiting", 1) in seen and seen[-1] == ("succeeded", 2)
 
     other = c.submit("matmul", MM, trials=2, target=ZEN)
     with pytest.raises(TimeoutError, match=f"job {other['id']} did not finish"):
