@@ -139,7 +139,7 @@ class Measurer:
         whether this process saw it as a contender (records of different
         workers and processes compare: trust's confirmation re-times them).
         """
-        timings = time_interleaved(calls, config)
+        timings = time_interleaved(calls, config, one_number=True)
         worst = max(t.median_ms for t in timings)
         if self.confirm_repeat <= 0 or (
             prepared.best_ms is not None and worst > prepared.best_ms * self.confirm_within

@@ -202,6 +202,7 @@ def time_interleaved(
     pause_s: float = 0.0,
     rounds: int = 1,
     round_pause_s: float = 0.0,
+    one_number: bool = False,
 ) -> list[Timing]:
     """Time several callables with their repeats interleaved.
 
@@ -218,11 +219,15 @@ def time_interleaved(
     apart, each warmed up again, and pools their samples: a shared VM has slow
     phases of seconds (a whole call 1.4x slower, unevenly for its callables),
     and one phase should cost a minority of the samples, not the median.
+
+    `one_number`: calibrate on the first callable only and give every one its
+    `number` (one kernel on arrays at several addresses: their times differ by
+    a few percent, and calibration costs as much as a repeat).
     """
     numbers: list[int] = []
     for fn in fns:
         _warm_up(fn, config)
-        numbers.append(_calibrate(fn, config))
+        numbers.append(numbers[0] if numbers and one_number else _calibrate(fn, config))
     samples: list[list[float]] = [[] for _ in fns]
     rounds = max(1, min(rounds, config.repeat))
     for r in range(rounds):

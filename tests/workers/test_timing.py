@@ -177,6 +177,17 @@ def test_interleaved_calibrates_each_callable_separately() -> None:
     assert t_slow.median_ms > t_fast.median_ms
 
 
+def test_interleaved_with_one_number_calibrates_on_the_first_only() -> None:
+    log: list[str] = []
+    fast = _tagger(log, "f")
+    slow = _tagger(log, "s", sleep_s=0.001)
+    config = MeasureConfig(warmup=1, number=0, repeat=2, min_repeat_ms=2.0)
+    t_slow, t_fast = time_interleaved([slow, fast], config, one_number=True)
+    assert t_fast.number == t_slow.number >= 1
+    # the second was warmed up once, then only timed: no calibration runs of its own
+    assert log.count("f") == 1 + t_fast.number * config.repeat
+
+
 def test_interleaved_rounds_split_the_repeats_and_warm_up_again() -> None:
     """7 repeats in 3 rounds: 2, 2 and 3 repeats, each round after its pause and a
     warm-up of every callable; the samples are pooled."""
