@@ -169,7 +169,7 @@ def _models_parser(sub: argparse._SubParsersAction) -> None:
         "--models",
         default="bert,resnet18,mobilenetv2",
         metavar="NAMES",
-        help="comma-separated: bert, resnet18, mobilenetv2 (default all three)",
+        help="comma-separated: bert, resnet18, mobilenetv2, resnet34 (default the first three)",
     )
     models.add_argument(
         "--threads", type=_thread_counts, default=[1], metavar="N[,N…]",
