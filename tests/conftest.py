@@ -11,6 +11,20 @@ import pytest
 
 from tests.postgresql import fresh_pg_schema, pg_schema_engine
 
+SLOW_FOLDERS = ("e2e", "benchmarks")
+"""Tests under these folders start real servers, workers or benchmark runs: `slow`."""
+SLOW_FILES = ("test_readme_shell.py",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`pytest -m "not slow"` is the fast subset: end-to-end, benchmark and README-command
+    tests are marked slow here, by where they live; long property tests by hand."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        rel = item.path.resolve().relative_to(root)
+        if rel.parts[0] in SLOW_FOLDERS or rel.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_database(tmp_path_factory: pytest.TempPathFactory) -> None:

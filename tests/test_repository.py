@@ -102,3 +102,20 @@ def test_readme_python_snippet_runs(tmp_path: Path) -> None:
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_fast_subset_leaves_out_servers_and_benchmarks() -> None:
+    """`pytest -m "not slow"` (the README's fast subset) selects no end-to-end or benchmark
+    test, and still selects the unit tests."""
+    import subprocess
+    import sys
+
+    def selected(*args: str) -> int:
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not slow", *args],
+            capture_output=True, text=True, cwd=ROOT, check=False,
+        ).stdout  # fmt: skip
+        return sum(1 for line in out.splitlines() if "::" in line)
+
+    assert selected("tests/e2e", "tests/benchmarks", "tests/test_readme_shell.py") == 0
+    assert selected("tests/ir/test_evaluate.py") > 0
