@@ -159,7 +159,9 @@ def _attr_value(value: Any, path: str) -> Any:
     if isinstance(value, Mapping):
         text = value.get("float")
         if set(value) != {"float"} or text not in ("inf", "-inf", "nan"):
-            raise StrippedGraphError(path, 'a non-finite float is {"float": "inf" | "-inf" | "nan"}')
+            raise StrippedGraphError(
+                path, 'a non-finite float is {"float": "inf" | "-inf" | "nan"}'
+            )
         return float(text)
     if isinstance(value, list):
         return [_attr_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
@@ -222,9 +224,7 @@ def load_stripped(doc: Any, *, max_bytes: int, max_nodes: int = 100_000) -> Grap
         path = f"constants[{i}]"
         t = _tensor_type(entry, path, max_bytes)
         constants[_name(entry.get("name"), f"{path}.name")] = _constant(entry, t, path)
-    outputs = [
-        _name(v, f"outputs[{i}]") for i, v in enumerate(_field(doc, "outputs", list, ""))
-    ]
+    outputs = [_name(v, f"outputs[{i}]") for i, v in enumerate(_field(doc, "outputs", list, ""))]
     if not outputs:
         raise StrippedGraphError("outputs", "a model has at least one output")
     nodes = _nodes(doc, max_nodes)
