@@ -214,21 +214,10 @@ class TimedRunner:
 
 
 def start_pool(pool: LocalPool) -> list[float]:
-    """Start every measurement process of `pool` at once, as its first batch would; seconds each.
-
-    They are started on the pool's own threads, as the pool starts them: a
-    measurement process dies with the thread that started it
-    (PR_SET_PDEATHSIG, `workers/child.py`), and those threads live as long as
-    the pool.
-    """
-
-    def start(process: Any) -> float:
-        begin = time.perf_counter()
-        process.start()
-        return time.perf_counter() - begin
-
-    futures = [pool._executor.submit(start, p) for p in pool.processes]
-    return [f.result() for f in futures]
+    """Seconds each measurement process of `pool` took to start: the pool starts them all at
+    once when it is made, each on its own slot's thread (a measurement process dies with the
+    thread that started it: PR_SET_PDEATHSIG, `workers/child.py`)."""
+    return pool.wait_started()
 
 
 # -- one run -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -74,14 +75,19 @@ class LocalPool:
         # Each process starts now, in its slot's thread (first in the executor's queue, so
         # before any candidate): its imports (~0.5 s of numpy and llvmlite) overlap the
         # search's first proposal instead of following it.
-        for p in self.processes:
-            self._executor.submit(self._start, p)
+        self._starting = [self._executor.submit(self._start, p) for p in self.processes]
 
-    def _start(self, process: MeasureProcess) -> None:
+    def wait_started(self) -> list[float]:
+        """Block until every process has started (or failed to); the seconds each took."""
+        return [f.result() for f in self._starting]
+
+    def _start(self, process: MeasureProcess) -> float:
+        begin = time.perf_counter()
         try:
             process.start()
         except Exception:  # measure() starts it again and reports the failure there
             process.kill()
+        seconds = time.perf_counter() - begin
         with self._lock:  # close() kills the started ones; one closed meanwhile dies here
             closed = self._closed
             if not closed:
@@ -90,6 +96,7 @@ class LocalPool:
             process.kill()
         else:
             self._free.put(process)
+        return seconds
 
     @property
     def slots(self) -> int:
