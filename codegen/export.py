@@ -340,6 +340,14 @@ def c_header(program: Program, symbol: str, *, target: Target | None = None) -> 
     for i, (buf, name) in enumerate(zip(program.params, names)):
         const = "const " if i < n_inputs else ""
         params.append(f"{const}{C_TYPES[buf.dtype]}* {name}")
+    return header_text(guard, doc, [f"int {symbol}({', '.join(params) if params else 'void'});"])
+
+
+def header_text(
+    guard: str, doc: list[str], declarations: list[str], defines: tuple[str, ...] = ()
+) -> str:
+    """A C/C++ header: include guard, `<stdint.h>`, the comment block `doc`, `defines`, then
+    `declarations` in `extern "C"` for C++ callers."""
     lines = [
         f"#ifndef {guard}",
         f"#define {guard}",
@@ -350,11 +358,12 @@ def c_header(program: Program, symbol: str, *, target: Target | None = None) -> 
         *[f" * {line}".rstrip() for line in doc],
         " */",
         "",
+        *([*defines, ""] if defines else []),
         "#ifdef __cplusplus",
         'extern "C" {',
         "#endif",
         "",
-        f"int {symbol}({', '.join(params) if params else 'void'});",
+        *declarations,
         "",
         "#ifdef __cplusplus",
         "}",

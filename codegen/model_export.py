@@ -48,6 +48,7 @@ from codegen.export import (
     check_request,
     check_symbol,
     header_path,
+    header_text,
     target_lines,
 )
 from codegen.jit import LinkerNotFoundError, LinkError, compile_object, link_shared_library
@@ -284,33 +285,15 @@ def model_header(
         for i, (v, p) in enumerate(zip(values, params))
     ]
     guard = f"LOOMTUNE_{name}_H"
-    lines = [
-        f"#ifndef {guard}",
-        f"#define {guard}",
-        "",
-        "#include <stdint.h>",
-        "",
-        "/*",
-        *[f" * {line}".rstrip() for line in doc],
-        " */",
-        "",
-        f"#define {macro} {max(plan.arena_bytes, ALIGNMENT)}",
-        "",
-        "#ifdef __cplusplus",
-        'extern "C" {',
-        "#endif",
-        "",
-        f"int {name}_run({', '.join(decl)});",
-        f"int {name}_run_arena({', '.join(['void* arena', *decl])});",
-        "",
-        "#ifdef __cplusplus",
-        "}",
-        "#endif",
-        "",
-        f"#endif /* {guard} */",
-        "",
-    ]
-    return "\n".join(lines)
+    return header_text(
+        guard,
+        doc,
+        [
+            f"int {name}_run({', '.join(decl)});",
+            f"int {name}_run_arena({', '.join(['void* arena', *decl])});",
+        ],
+        defines=(f"#define {macro} {max(plan.arena_bytes, ALIGNMENT)}",),
+    )
 
 
 # ---------------------------------------------------------------------------
