@@ -48,6 +48,9 @@ from ir.library.conv import (
     windows,
 )
 from ir.library.matmul import (
+    BATCH_MATMUL,
+    DENSE,
+    MATMUL,
     build_batch_matmul,
     build_dense,
     build_matmul,
@@ -83,11 +86,7 @@ def _same(op: str) -> Callable[[Mapping[str, int]], tuple[str, dict[str, int]]]:
 
 MATMUL_BF16 = OpDef(
     name="matmul_bf16",
-    params=(
-        Param("m", 128, doc="rows of A and C"),
-        Param("n", 128, doc="columns of B and C"),
-        Param("k", 128, doc="the reduction length"),
-    ),
+    params=MATMUL.params,  # the float32 operator's, as the float twin says
     doc=(
         "C[m,n] = A[m,k]·B[k,n] summed in float32. Inputs: A[m,k] bfloat16, B[k,n] bfloat16. "
         "Outputs: C[m,n] float32."
@@ -100,12 +99,7 @@ MATMUL_BF16 = OpDef(
 
 BATCH_MATMUL_BF16 = OpDef(
     name="batch_matmul_bf16",
-    params=(
-        Param("b", 8, doc="batch size"),
-        Param("m", 64, doc="rows of each A[b] and C[b]"),
-        Param("n", 64, doc="columns of each B[b] and C[b]"),
-        Param("k", 64, doc="the reduction length"),
-    ),
+    params=BATCH_MATMUL.params,  # the float32 operator's, as the float twin says
     doc=(
         "C[b] = A[b]·B[b] summed in float32. Inputs: A[b,m,k] bfloat16, B[b,k,n] bfloat16. "
         "Outputs: C[b,m,n] float32."
@@ -118,13 +112,7 @@ BATCH_MATMUL_BF16 = OpDef(
 
 DENSE_BF16 = OpDef(
     name="dense_bf16",
-    params=(
-        Param("m", 128, doc="rows of X and Y (the batch)"),
-        Param("n", 128, doc="output features: columns of W and Y"),
-        Param("k", 128, doc="input features: the reduction length"),
-        Param("bias", 1, minimum=0, choices=(0, 1), doc="1: add bias[n]"),
-        Param("relu", 1, minimum=0, choices=(0, 1), doc="1: apply max(·, 0) last"),
-    ),
+    params=DENSE.params,  # the float32 operator's, as the float twin says
     doc=(
         "Y = X[m,k]·W[k,n] summed in float32 (+ bias[n]) (then relu). Inputs: X[m,k] bfloat16, "
         "W[k,n] bfloat16, bias[n] float32 (only when bias=1). Outputs: Y[m,n] float32. When "
