@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _tune_parser(sub)
     _models_parser(sub)
+    _lowp_parser(sub)
     report = sub.add_parser(
         "report", help="regenerate docs/results.md (and README.md's results block) from the record"
     )
@@ -198,6 +199,27 @@ def _models_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
 
 
+def _lowp_parser(sub: argparse._SubParsersAction) -> None:
+    lowp = sub.add_parser(
+        "lowp",
+        help="int8 / bf16: tune matmul_int8, matmul_bf16 and dense_int8, time them against "
+        "numpy float32 and PyTorch's int8 / bf16 paths (1 thread)",
+    )
+    lowp.add_argument("--trials", type=int, default=64, help="budget per workload (default 64)")
+    lowp.add_argument(
+        "--only", default=None, metavar="OPS", help="comma-separated operators (matmul_int8, ...)"
+    )
+    lowp.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    lowp.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test")
+    lowp.add_argument("--out", type=Path, default=None, help="result folder")
+    lowp.add_argument("--record", type=Path, default=None, help=RECORD_HELP)
+    lowp.add_argument("--seed", type=int, default=0)
+    lowp.add_argument(
+        "--wait-quiet", type=float, default=None, metavar="S",
+        help="before each timing wait up to S seconds for a quiet machine (default 60, quick 0)",
+    )  # fmt: skip
+
+
 def _thread_counts(text: str) -> list[int]:
     try:
         counts = [int(part) for part in text.split(",")]
@@ -285,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         return _tune(args, command)
     if args.command == "models":
         return _models(args, command)
+    if args.command == "lowp":
+        return _lowp(args, command)
 
     from benchmarks import results_doc
 
@@ -297,6 +321,38 @@ def main(argv: list[str] | None = None) -> int:
     ):
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _lowp(args: argparse.Namespace, command: str) -> int:
+    from benchmarks import common, report
+    from benchmarks.lowp.report import tables
+    from benchmarks.lowp.run import run_and_write
+
+    try:
+        result, path = run_and_write(
+            out_dir=args.out or common.RESULTS_DIR,
+            record=args.record or common.RECORD,
+            command=command,
+            environment={"unset": UNSET_ENVIRONMENT},
+            log=common.log,
+            trials=args.trials,
+            quick=args.quick,
+            only=[n.strip() for n in args.only.split(",")] if args.only else None,
+            seed=args.seed,
+            quiet_wait_s=args.wait_quiet
+            if args.wait_quiet is not None
+            else (0.0 if args.quick else 60.0),
+            with_torch=not args.no_torch,
+        )
+    except ValueError as error:  # an unknown workload in --only
+        print(error, file=sys.stderr)
+        return 2
+    for caption, table in tables(result):
+        if caption:
+            print(caption)
+        print(report.text_table(table))
+    print(f"\nwrote {path}", file=sys.stderr)
+    return 0 if all(row["correct"] for row in result["rows"]) else 1
 
 
 def _tune(args: argparse.Namespace, command: str) -> int:

@@ -27,6 +27,7 @@ SUITE_ORDER = (
     "tune_evo_replay",
     "tune_reuse",
     "tune_scheduler",
+    "lowp",
     "scheduler_replay",
     "gemm",
     "default",
@@ -42,6 +43,7 @@ TABLES = (
     ("rows", None),
     ("scaling", "Threads, timed interleaved:"),
     ("extras", "Extras:"),
+    ("torch", "PyTorch's paths, timed in the same interleaved call:"),
     (
         "memory",
         "Memory (MiB; peak = VmHWM of a child process that loads the model and runs it once; "
@@ -96,7 +98,17 @@ TITLES = {
     "loomtune_holds_mb": "loomtune holds",
     "onnxruntime_holds_mb": "ONNX Runtime holds",
     "torch_holds_mb": "PyTorch holds",
+    "instruction": "tensor instruction",
+    "numpy_f32_ms": "numpy float32 ms",
+    "x_numpy_f32": "× numpy float32",
+    "torch_path": "PyTorch's fastest",
+    "tensorized_at_16": "tensorized @16",
+    "path": "PyTorch path",
+    "matches": "matches its reference",
 }
+SECTION_TITLES = {"lowp": "int8 / bf16"}
+"""Suites whose section is titled otherwise than by their name (which follows in brackets)."""
+YES_NO = {"correct", "matches"}
 PERCENT = {"gradient_change", "foresight_change", "gradient_below", "others"}
 
 
@@ -109,7 +121,7 @@ def cell(key: str, value: Any) -> str:
     if value is None:
         return "–"
     if isinstance(value, bool):
-        if key == "correct":
+        if key in YES_NO:
             return "yes" if value else "**no**"
         return "met" if value else "not met"
     if isinstance(value, float):
@@ -183,7 +195,8 @@ def document(lines: Sequence[dict[str, Any]]) -> str:
     ]
     for suite, runs in newest(lines).items():
         description = runs[0].get("description")
-        parts += ["", f"## {suite}" + (f" — {description}" if description else "")]
+        title = f"{SECTION_TITLES[suite]} ({suite})" if suite in SECTION_TITLES else suite
+        parts += ["", f"## {title}" + (f" — {description}" if description else "")]
         for name, caption in TABLES:
             table = suite_table(runs, name)
             if table is None:
