@@ -153,6 +153,12 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     tune.add_argument(
         "--tvm-retune", action="store_true", help="tune with TVM again even when cached"
     )
+    tune.add_argument(
+        "--neighbour",
+        action="store_true",
+        help="also time each 1-thread final kernel, numpy and PyTorch beside a memory-bandwidth "
+        "neighbour on the other core (a child process the run starts and stops): slowdowns",
+    )
     tune.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test")
     tune.add_argument("--out", type=Path, default=None, help="result folder")
     tune.add_argument("--record", type=Path, default=None, help=RECORD_HELP)
@@ -400,6 +406,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
         tvm_cache_dir=args.tvm_cache,
         tvm_time_limit_s=args.tvm_time_limit,
         tvm_retune=args.tvm_retune,
+        neighbour=args.neighbour,
     )
     for caption, table, note in tune_report.report_tables(result):
         if caption:

@@ -3,6 +3,7 @@ and TVM; the head-to-head timing of several runs' best kernels."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.tune.neighbour import NEIGHBOUR_FIELDS
 from benchmarks.tune.torch_ref import torch_call
 from codegen.host import parse_target
 from codegen.kernel import Kernel
@@ -51,9 +53,12 @@ def compare(
     round_pause_s: float = ROUND_PAUSE_S,
     threads: int = 1,
     settle_s: float = SETTLE_S,
+    with_neighbour: bool = False,
 ) -> dict[str, Any]:
     """Verify the kernel (PyTorch, TVM); time them and numpy in one interleaved call, all on
-    numpy-allocated arrays, with the kernel also on 64-byte aligned copies (`align_gap`)."""
+    numpy-allocated arrays, with the kernel also on 64-byte aligned copies (`align_gap`).
+    `with_neighbour`: then time the kernel, numpy and PyTorch again, alone and beside a
+    memory-bandwidth neighbour (`beside_neighbour`)."""
     inputs, outputs = user_arrays(task, seed)
     kernel(*inputs, *outputs)
     with limit_numpy_threads(threads):
@@ -122,6 +127,64 @@ def compare(
         out["ratio_tvm"] = tvm_ms / latency if tvm_ms else None  # > 1: loomtune faster
         out["tvm_ratio_numpy"] = out["numpy_ms"] / tvm_ms if tvm_ms else None
     out["gflops"] = gflops(task.flops, latency) if task.flops else None
+    if with_neighbour:
+        named = dict(zip(names, fns))
+        mine = {k: named[k] for k in ("loomtune", "numpy", "torch") if k in named}
+        out.update(beside_neighbour(mine, config, round_pause_s, threads))
+    return out
+
+
+def beside_neighbour(
+    fns: Mapping[str, Callable[[], object]],
+    config: MeasureConfig,
+    round_pause_s: float = ROUND_PAUSE_S,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Each callable timed alone and beside a memory-bandwidth neighbour on the other core
+    (`benchmarks.tune.neighbour`), all in one interleaved call: per repeat every callable
+    beside it, then every one alone, so a slow phase of the VM lands on both states. The
+    neighbour streams only during the beside repeats (paused for the rest, the round pauses
+    included). ``slowdown_<name>`` = median beside / median alone (1.0: unaffected)."""
+    from benchmarks.tune.neighbour import NeighbourError, neighbour
+
+    out: dict[str, Any] = dict.fromkeys(NEIGHBOUR_FIELDS)
+    if threads > 1:  # the kernel's threads would share a core with it: not a bandwidth figure
+        out["neighbour"] = {"message": f"not timed at {threads} threads: it takes a core"}
+        return out
+    try:
+        with neighbour() as nb:
+
+            def beside(fn: Callable[[], object]) -> Callable[[], object]:
+                def call() -> object:
+                    nb.resume()
+                    return fn()
+
+                return call
+
+            def alone(fn: Callable[[], object]) -> Callable[[], object]:
+                def call() -> object:
+                    nb.pause()
+                    return fn()
+
+                return call
+
+            calls = [beside(f) for f in fns.values()] + [alone(f) for f in fns.values()]
+            with limit_numpy_threads(1):
+                timings = time_interleaved(
+                    calls, config, rounds=FINAL_ROUNDS, round_pause_s=round_pause_s
+                )
+    except NeighbourError as error:
+        out["neighbour"] = {"message": str(error)}
+        return out
+    n = len(fns)
+    out["neighbour"] = {
+        "message": None,
+        **nb.describe(),
+        "beside": {k: _timing(t) for k, t in zip(fns, timings[:n])},
+        "alone": {k: _timing(t) for k, t in zip(fns, timings[n:])},
+    }
+    for name, on, off in zip(fns, timings[:n], timings[n:]):
+        out[f"slowdown_{name}"] = on.median_ms / off.median_ms
     return out
 
 
@@ -146,6 +209,8 @@ class Context:
     """Between the rounds of a final comparison (0 in a --quick smoke test)."""
     settle_s: float = SETTLE_S
     """Before each repeat of a comparison at several threads (0 in a --quick smoke test)."""
+    neighbour: bool = False
+    """Also time each final kernel, numpy and PyTorch beside a memory-bandwidth neighbour."""
 
 
 def final_comparison(
@@ -170,6 +235,7 @@ def final_comparison(
             "align_gap": None,
             "others_load": None,
             "contended": False,
+            **(dict.fromkeys(NEIGHBOUR_FIELDS) if ctx.neighbour else {}),
             **(
                 {"tvm_ms": None, "ratio_tvm": None, "tvm_ratio_numpy": None, "tvm_message": None}
                 if tvm
@@ -189,8 +255,13 @@ def final_comparison(
         ctx.round_pause_s,
         threads,
         ctx.settle_s,
+        ctx.neighbour,
     )
-    load = contention.others_load(before, contention.cpu_snapshot())
+    after = contention.cpu_snapshot()
+    helped = (out.get("neighbour") or {}).get("process_cpu_s") or 0.0
+    if after is not None and helped:  # the neighbour is the run's own, not another's load
+        after = dataclasses.replace(after, own=after.own + helped)
+    load = contention.others_load(before, after)
     out.setdefault("latency_ms", None)
     out.setdefault("numpy_ms", None)
     out.setdefault("torch_ms", None)
@@ -213,6 +284,16 @@ def final_comparison(
             f"({out['ratio_numpy']:.2f}×){torch_text}, on aligned arrays "
             f"{out['aligned_ms']:.3f} ms{' (contended)' if out['contended'] else ''}"
         )
+        if out.get("slowdown_loomtune") is not None:
+            ctx.log(
+                "    beside a bandwidth neighbour: slowdown "
+                + ", ".join(
+                    f"{k.removeprefix('slowdown_')} {out[k]:.2f}×"
+                    for k in NEIGHBOUR_FIELDS
+                    if out.get(k) is not None
+                )
+                + f" (it streamed {out['neighbour'].get('gb_per_s') or 0:.1f} GB/s)"
+            )
     else:
         ctx.log(f"    final: WRONG: {out['message']}")
     return out

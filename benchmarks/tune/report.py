@@ -13,6 +13,7 @@ from benchmarks.tune.extras.evo_replay import (
     evo_replay_rows,
 )
 from benchmarks.tune.extras.scheduler import SCHEDULER_ARMS, scheduler_row
+from benchmarks.tune.neighbour import NEIGHBOUR_FIELDS
 from benchmarks.tune.suite import GOALS, SUITE
 from benchmarks.tune.tvm import tvm_goal_cell, tvm_note, tvm_table
 from ir.task import gflops
@@ -87,6 +88,8 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     if tune.get("torch"):
         headers += ["torch ms", "× torch"]
     headers += ["aligned gap"]
+    if tune.get("neighbour"):
+        headers += [NEIGHBOUR_HEADER, "numpy slowdown", "torch slowdown", "≤ numpy's"]
     if tune.get("tvm"):
         headers += ["TVM ms", "TVM × numpy", "TVM tuning s", "vs TVM: faster in ≤ ½ its time"]
     headers += ["correct", "goal"]
@@ -108,6 +111,10 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             cells += [fmt(r["torch_ms"]), fmt(r["ratio_torch"])]
         gap = r.get("align_gap")
         cells.append("–" if gap is None else f"{gap:+.1%}")
+        if tune.get("neighbour"):
+            cells += [fmt(r.get(k)) for k in NEIGHBOUR_FIELDS] + [
+                {None: "–", True: "yes", False: "no"}[slows_no_more_than_numpy(r)]
+            ]
         if tune.get("tvm"):
             t = r.get("tvm") or {}
             tvm_s = "–" if t.get("tune_s") is None else f"{t['tune_s']:.0f}"
@@ -118,6 +125,44 @@ def main_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         cells.append(goal_cell(r, peak))
         rows.append(cells)
     return headers, rows
+
+
+NEIGHBOUR_HEADER = "slowdown beside a bandwidth neighbour"
+
+
+def slows_no_more_than_numpy(row: dict[str, Any]) -> bool | None:
+    """Issue 36's robustness check: the kernel slows beside the neighbour no more than numpy."""
+    mine, numpy_s = row.get("slowdown_loomtune"), row.get("slowdown_numpy")
+    return None if mine is None or numpy_s is None else mine <= numpy_s
+
+
+def neighbour_note(result: dict[str, Any]) -> str | None:
+    """How the slowdowns were measured (None when the run had no neighbour)."""
+    nb = result["tune"].get("neighbour")
+    if not nb:
+        return None
+    rates = [
+        (r.get("neighbour") or {}).get("gb_per_s")
+        for r in result["rows"]
+        if (r.get("neighbour") or {}).get("gb_per_s")
+    ]
+    rate = f", {min(rates):.0f}–{max(rates):.0f} GB/s read + written while it ran" if rates else ""
+    skipped = sorted(
+        {
+            r["neighbour"]["message"]
+            for r in result["rows"]
+            if (r.get("neighbour") or {}).get("message")
+        }
+    )
+    return (
+        f"{NEIGHBOUR_HEADER}: the final kernel, numpy and PyTorch timed again in one interleaved "
+        "call, each repeat once while a child process on the other core copies one "
+        f"{nb['mib']} MiB array into another ({nb['arrays'] * nb['mib']} MiB: far beyond the L3, "
+        f"so it streams from memory{rate}) and once while that child is stopped (SIGSTOP); "
+        "this process pinned to its own core. Slowdown = median beside / median alone; "
+        "≤ numpy's: the kernel slows no more than numpy does (issue 36)."
+        + (" Not timed: " + "; ".join(skipped) + "." if skipped else "")
+    )
 
 
 def extras_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
@@ -241,7 +286,11 @@ def report_tables(
     out: list[tuple[str | None, Any, str | None]] = []
     if result["rows"]:
         out.append(
-            (None, main_table(result), "\n\n".join(n for n in (note(result), footnote) if n))
+            (
+                None,
+                main_table(result),
+                "\n\n".join(n for n in (note(result), neighbour_note(result), footnote) if n),
+            )
         )
         tt = tvm_table(result)
         if tt is not None:
@@ -351,6 +400,16 @@ def extras_headline(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _neighbour_headline(result: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """The slowdowns beside the neighbour, in runs that had one (older lines stay as they were)."""
+    if not result["tune"].get("neighbour"):
+        return {}
+    return {
+        **{k: row.get(k) for k in NEIGHBOUR_FIELDS},
+        "slows_no_more_than_numpy": slows_no_more_than_numpy(row),
+    }
+
+
 def headline(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The tuning benchmark's figures in the results record (`benchmarks.record.line`)."""
     rows = []
@@ -366,6 +425,7 @@ def headline(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                 "x_numpy": r.get("ratio_numpy"),
                 "x_torch": r.get("ratio_torch"),
                 "x_tvm": r.get("ratio_tvm"),
+                **_neighbour_headline(result, r),
                 "tune_s": r.get("tune_s"),
                 "goal": verdict[0] if verdict else None,
                 "met": verdict[2] if verdict else None,

@@ -18,6 +18,7 @@ from benchmarks.tune.compare import FINAL_ROUNDS, ROUND_PAUSE_S, Context
 from benchmarks.tune.extras.evo_replay import evo_replay_all, evo_replay_entries
 from benchmarks.tune.extras.reuse import reuse
 from benchmarks.tune.extras.scheduler import SCHEDULER_ARMS, scheduler
+from benchmarks.tune.neighbour import MIB as NEIGHBOUR_MIB
 from benchmarks.tune.plot import plot
 from benchmarks.tune.report import headline
 from benchmarks.tune.suite import EXTRAS, REUSE_FROM, SuiteWorkload, checkpoints, select
@@ -50,6 +51,7 @@ def run(
     tvm_cache_dir: Path | None = None,
     tvm_time_limit_s: float | None = None,
     tvm_retune: bool = False,
+    neighbour: bool = False,
     log: Callable[[str], None] = print,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows (one per workload) and ``{"tune": ...}`` with the extras and the settings.
@@ -61,10 +63,12 @@ def run(
     (numpy and PyTorch limited to the same count). With `with_tvm`, TVM
     MetaSchedule tunes each workload first (or its cached records are used,
     ``benchmarks.tune.tvm_ref``) and its best kernel joins the final timing at
-    1 thread.
+    1 thread. With `neighbour`, each 1-thread row's final kernel, numpy and PyTorch are
+    also timed alone and beside a memory-bandwidth neighbour on the other core
+    (``compare.beside_neighbour``): their slowdowns.
     """
     workloads = select(quick=quick, only=only)
-    rows_of = select(quick=quick, only=only, layers=layers)
+    rows_of = select(quick=quick, only=only, layers=layers, small=True)
     measure = (
         MeasureConfig(warmup=1, repeat=3, min_repeat_ms=5.0)
         if quick
@@ -80,6 +84,7 @@ def run(
         **_timing_settings(measure, quick),
         "usable_cores": len(os.sched_getaffinity(0)),
         "tvm": None,
+        "neighbour": {"mib": NEIGHBOUR_MIB, "arrays": 2} if neighbour else None,
         "extras": {},
         "not_done": [e for e in EXTRAS if e not in extras],
     }
@@ -104,6 +109,7 @@ def run(
             with_torch,
             0.0 if quick else ROUND_PAUSE_S,
             0.0 if quick else SETTLE_S,
+            neighbour,
         )
         db_files: dict[str, Path] = {}
         if main:
@@ -238,7 +244,9 @@ def run_and_write(
     rows, extra = run(log=log, **kwargs)
     after = contention.cpu_snapshot()
     helped = sum(
-        (r.get("pool_cpu_s") or 0.0) + (r.get("search_cpu_s") or 0.0)
+        (r.get("pool_cpu_s") or 0.0)
+        + (r.get("search_cpu_s") or 0.0)
+        + ((r.get("neighbour") or {}).get("process_cpu_s") or 0.0)
         for r in _all_rows(rows, extra["tune"])
     )
     if after is not None:
@@ -255,6 +263,11 @@ def run_and_write(
         )
         + f" on numpy-allocated arrays, at {' and '.join(map(str, kwargs.get('threads', (1,))))} "
         "thread(s)"
+        + (
+            "; at 1 thread also alone and beside a memory-bandwidth neighbour on the other core"
+            if kwargs.get("neighbour")
+            else ""
+        )
         if kwargs.get("main", True)
         else "the tuning benchmark's extras on their own ("
         + ", ".join(kwargs.get("extras") or ())

@@ -59,6 +59,14 @@ SUITE = (
     SuiteWorkload("softmax 4096×1024", "softmax", {"m": 4096, "n": 1024}, 2),
 )
 
+SMALL = (
+    SuiteWorkload(
+        "batch_matmul 16×64×64×96", "batch_matmul", {"b": 16, "m": 64, "n": 64, "k": 96}, 2
+    ),
+)
+"""Rows of the full run's table after the suite's six (not in the extras, which take the six):
+small batched matmuls, where per-batch packing and remainders cost more than they save."""
+
 QUICK_SUITE = (
     SuiteWorkload("matmul 32³", "matmul", {"m": 32, "n": 32, "k": 32}, 1),
     SuiteWorkload("softmax 16×64", "softmax", {"m": 16, "n": 64}, 2),
@@ -99,11 +107,18 @@ def short_name(w: SuiteWorkload) -> str:
 
 
 def select(
-    *, quick: bool = False, only: Sequence[str] | None = None, layers: bool = False
+    *,
+    quick: bool = False,
+    only: Sequence[str] | None = None,
+    layers: bool = False,
+    small: bool = False,
 ) -> list[SuiteWorkload]:
-    """The suite (or the quick suite), with the layer shapes after it when `layers`,
-    restricted to the names in `only` (short or full)."""
+    """The suite (or the quick suite), with the small rows (`SMALL`, not in a quick run) after
+    it when `small` and the layer shapes when `layers`, restricted to the names in `only`
+    (short or full)."""
     workloads = list(QUICK_SUITE if quick else SUITE)
+    if small and not quick:
+        workloads += SMALL
     if layers:
         workloads += QUICK_LAYERS if quick else LAYERS
     if only:
@@ -122,5 +137,6 @@ GOALS: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[float, int | None, fl
     ("dense", (("bias", 1), ("k", 768), ("m", 128), ("n", 3072), ("relu", 1))): (1.2, None, None),
     ("conv2d_nhwc", tuple(sorted(SUITE[3].params.items()))): (2.0, None, None),
     ("batch_matmul", (("b", 12), ("k", 64), ("m", 128), ("n", 128))): (1.0, None, None),
+    ("batch_matmul", (("b", 16), ("k", 96), ("m", 64), ("n", 64))): (1.0, None, None),
     ("softmax", (("m", 4096), ("n", 1024))): (3.0, None, 600.0),
 }
