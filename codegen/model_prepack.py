@@ -7,10 +7,10 @@ the packed buffer; here every step's prologue runs once over that step's weights
 the step is rebound to the main kernel and the packed arrays. Both the compiled model
 and the exported library run what this returns, so they share the packed layout.
 
-A task may need several main programs: which of its arguments are constants depends on
-the step (a matmul of two activations packs nothing), so kernels are distinct per
-(task, constant arguments). Steps sharing a task and the same weights (tied weights)
-share one packed copy; an original weight that no kernel reads any more is dropped, so
+Which of a task's arguments are constants is part of the task (`Task.layout_free`: a
+matmul of two activations and one of an activation and a weight are two tasks), so it
+was tuned as it runs here: without the packing. Steps sharing a task and the same
+weights (tied weights) share one packed copy; an original weight that no kernel reads any more is dropped, so
 the packed copy replaces it rather than sitting beside it.
 """
 
@@ -65,9 +65,7 @@ def model_kernels(
         task = plan.tasks[step.task].task
         program = programs.get(task.key, task.program)
         args = {b.name: a for b, a in zip(program.inputs, step.inputs)}
-        const = frozenset(
-            name for name, a in args.items() if prepack and plan.base(a.value) in constants
-        )
+        const = frozenset(task.layout_free if prepack else ())
         vkey = (step.task, const)
         if vkey not in variants:
             variants[vkey] = len(splits)

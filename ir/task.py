@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -23,10 +23,14 @@ from ir.definition import from_definition, to_definition
 from ir.errors import BufferTooLargeError, WorkloadError
 from ir.evaluate import evaluate
 from ir.library.spec import OpDef
-from ir.program import Program
+from ir.program import Program, annotations
 from ir.serialize import structural_hash
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+
+LAYOUT_FREE_ATTR = "layout_free"
+"""The naive program's attr naming its inputs that are constants of a model (comma-joined,
+sorted): part of the program, so of the workload key."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,13 @@ class Task:
     def key(self) -> str:
         """The workload key: structural hash of the naive program."""
         return structural_hash(self.program)
+
+    @property
+    def layout_free(self) -> tuple[str, ...]:
+        """Inputs that are constants of a model (weights), given once at load: blocks that
+        only rearrange them may run once (`ir.prepack`), not per call. () standalone."""
+        names = self.program.attr(LAYOUT_FREE_ATTR)
+        return tuple(names.split(",")) if names else ()
 
     @property
     def flops(self) -> int | None:
@@ -84,11 +95,39 @@ class Task:
 
         `{"op", "params"}` for a library operator, `{"definition", "params"}`
         for a custom workload: the `workload` field of trace files, of the
-        REST API and of what a measurement process is sent.
+        REST API and of what a measurement process is sent. A model's task adds
+        `"layout_free"`: its inputs that are the model's constants.
         """
-        if self.is_custom:
-            return {"definition": self.to_definition(), "params": dict(self.params)}
-        return {"op": self.op, "params": dict(self.params)}
+        spec: dict[str, Any] = (
+            {"definition": self.to_definition(), "params": dict(self.params)}
+            if self.is_custom
+            else {"op": self.op, "params": dict(self.params)}
+        )
+        if self.layout_free:
+            spec["layout_free"] = list(self.layout_free)
+        return spec
+
+
+def with_layout_free(task: Task, names: Iterable[str]) -> Task:
+    """`task` as a model runs it: `names` (inputs) are constants given once at load.
+
+    Like MetaSchedule's `layout_free_buffers`, this is part of the workload — the naive
+    program's attrs, so the key — since a kernel whose weight is a load-time constant is
+    tuned without the cost of rearranging it. No names: the task itself."""
+    wanted = sorted(set(names))
+    inputs = [b.name for b in task.program.inputs]
+    unknown = [n for n in wanted if n not in inputs]
+    if unknown:
+        raise WorkloadError(
+            f"layout_free: {', '.join(unknown)} is not an input of {task.op} "
+            f"(its inputs: {', '.join(inputs)})"
+        )
+    if any("," in n for n in wanted):
+        raise WorkloadError("layout_free: an input name has no comma")
+    attrs = {k: v for k, v in task.program.attrs if k != LAYOUT_FREE_ATTR}
+    if wanted:
+        attrs[LAYOUT_FREE_ATTR] = ",".join(wanted)
+    return replace(task, program=replace(task.program, attrs=annotations(attrs)))
 
 
 def library_task(op: str, given: Mapping[str, str | int] | None = None) -> Task:
@@ -135,10 +174,15 @@ def task_from_spec(
         **{k: str(v) for k, v in (overrides or {}).items()},
     }
     if isinstance(spec.get("definition"), Mapping):
-        return custom_task(spec["definition"], params)
-    if isinstance(spec.get("op"), str):
-        return library_task(spec["op"], params)
-    raise WorkloadError('a workload is {"op", "params"} or {"definition", "params"}')
+        task = custom_task(spec["definition"], params)
+    elif isinstance(spec.get("op"), str):
+        task = library_task(spec["op"], params)
+    else:
+        raise WorkloadError('a workload is {"op", "params"} or {"definition", "params"}')
+    free = spec.get("layout_free", [])
+    if not isinstance(free, list) or not all(isinstance(n, str) for n in free):
+        raise WorkloadError("layout_free must be a list of input names")
+    return with_layout_free(task, free)
 
 
 def gflops(flops: int | None, latency_ms: float) -> float | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from codegen.kernel import Kernel, compile_program
 from ir.arrays import TIMED_OFFSETS, copy_at_offset
 from ir.errors import LoomtuneError
+from ir.program import Program
 from ir.schedule import ScheduleError
 from ir.target import Target
 from ir.task import Task
@@ -25,6 +26,7 @@ from tuner.database import TuningRecord
 from tuner.trace.errors import TraceError
 from tuner.trace.trace import Trace
 from workers.machine import limit_numpy_threads
+from workers.prepacked import main_arguments, run_prologue, split_candidate
 from workers.timing import MeasureConfig, time_interleaved
 from workers.verify import empty_outputs, verify
 
@@ -62,19 +64,23 @@ def select_fastest(
     A record whose trace no longer compiles or whose kernel is wrong is left out
     (with its message); None when none is left. A single record is returned
     without timing. Like a candidate (`workers.measure`), each is timed at every offset of
-    `ir.arrays.TIMED_OFFSETS` and ranked by the slower; it is verified at the first.
+    `ir.arrays.TIMED_OFFSETS` and ranked by the slower; it is verified at the first; a model
+    task's is timed without what only rearranges its constants (`workers.prepacked`), and
+    the kernel returned is still the whole program's.
     """
     made = task.make_inputs(seed=0)
     inputs = {off: [copy_at_offset(a, off) for a in made] for off in TIMED_OFFSETS}
     first = TIMED_OFFSETS[0]
     with limit_numpy_threads(target.num_threads):
         refs = task.reference(made)
-    kernels: list[tuple[TuningRecord, Kernel, list]] = []
+    kernels: list[tuple[TuningRecord, Kernel, dict, dict, Program]] = []
     dropped: list[Finalist] = []
     for record in records:
         try:
             program = Trace.from_json(record.trace).apply(task.program).program
-            kernel = compile_program(program, target)
+            prologue, main = split_candidate(task, program)  # as a model runs it
+            kernel = compile_program(main, target)
+            packer = compile_program(prologue, target) if prologue is not None else None
         except (
             ScheduleError,
             TraceError,
@@ -83,8 +89,12 @@ def select_fastest(
             dropped.append(Finalist(record, None, f"{type(e).__name__}: {e}"))
             continue
         outputs = {off: empty_outputs(task.output_specs(), off) for off in TIMED_OFFSETS}
+        args = inputs
         try:
-            kernel(*inputs[first], *outputs[first])
+            if prologue is not None and packer is not None:
+                packed = run_prologue(packer, prologue, task, inputs[first])
+                args = {o: main_arguments(task, main, a, packed) for o, a in inputs.items()}
+            kernel(*args[first], *outputs[first])
         except LoomtuneError as e:  # e.g. a scratch allocation that fails here
             dropped.append(Finalist(record, None, str(e)))
             continue
@@ -92,17 +102,27 @@ def select_fastest(
         if wrong is not None:
             dropped.append(Finalist(record, None, wrong))
             continue
-        kernels.append((record, kernel, outputs))
+        kernels.append((record, kernel, args, outputs, program))
     if not kernels:
         return None
     if len(kernels) == 1:
-        record, kernel, _ = kernels[0]
-        return Selection(record, kernel, (Finalist(record, None), *dropped))
-    calls = [k.bind_call(*inputs[o], *out[o]) for _, k, out in kernels for o in TIMED_OFFSETS]
+        record, kernel, _, _, program = kernels[0]
+        return Selection(
+            record, _whole(kernel, program, target), (Finalist(record, None), *dropped)
+        )
+    calls = [
+        k.bind_call(*args[o], *out[o]) for _, k, args, out, _ in kernels for o in TIMED_OFFSETS
+    ]
     timings = time_interleaved(calls, config)
     n = len(TIMED_OFFSETS)
     worst = [max(t.median_ms for t in timings[i : i + n]) for i in range(0, len(timings), n)]
     ranked = sorted(zip(kernels, worst), key=lambda kt: kt[1])
-    (record, kernel, _), _ = ranked[0]
-    finalists = tuple(Finalist(r, ms) for (r, _, _), ms in ranked) + tuple(dropped)
-    return Selection(record, kernel, finalists)
+    (record, kernel, _, _, program), _ = ranked[0]
+    finalists = tuple(Finalist(r, ms) for (r, *_), ms in ranked) + tuple(dropped)
+    return Selection(record, _whole(kernel, program, target), finalists)
+
+
+def _whole(kernel: Kernel, program: Program, target: Target) -> Kernel:
+    """The kernel of the whole scheduled program (packing included, callable on the task's
+    inputs), whichever part of it was timed."""
+    return kernel if kernel.program is program else compile_program(program, target)

@@ -2,7 +2,9 @@
 
 This is what a measurement process (`workers/child.py`) does for each request;
 it never raises for a bad candidate — every outcome is a `MeasureResult` with
-a status and a message. A wrong result never gets a time.
+a status and a message. A wrong result never gets a time. A model task's
+candidate is measured as the model runs it (`workers/prepacked.py`): what only
+rearranges its constant inputs runs once, untimed.
 
 Fault injection (tests only): with `LOOMTUNE_TEST_FAULTS=1` in the measuring
 process's environment, a candidate whose trace annotates any block or loop
@@ -25,7 +27,7 @@ import numpy as np
 from codegen.emit import emit_module
 from codegen.host import llvm_version
 from codegen.jit import compile_ir
-from codegen.kernel import Kernel
+from codegen.kernel import Kernel, compile_program
 from ir.arrays import TIMED_OFFSETS, copy_at_offset, offset_of
 from ir.errors import LoomtuneError
 from ir.lower import lower
@@ -36,6 +38,7 @@ from ir.task import Task
 from tuner.runner import MeasureResult
 from tuner.trace.trace import Trace
 from workers.machine import limit_numpy_threads
+from workers.prepacked import main_arguments, run_prologue, split_candidate
 from workers.timing import MeasureConfig, Timing, time_interleaved
 from workers.verify import empty_outputs, verify
 
@@ -164,7 +167,8 @@ class Measurer:
         contender got (0 for the others); per timed offset, `offsets` the bytes
         past a 64-byte boundary where each array (inputs, then outputs) started
         and `offset_ms` the median there (the result's times are the slowest
-        offset's).
+        offset's); `prepacked`, the buffers computed once from the task's
+        constants before timing (`workers/prepacked.py`; [] for most candidates).
         """
         t0 = time.perf_counter()
         try:
@@ -174,18 +178,20 @@ class Measurer:
         fault = injected_fault(program)
         t1 = time.perf_counter()
         try:
+            prologue, main = split_candidate(task, program)
             # compile_program's steps, one by one so each is timed
-            lowered = lower(program)
+            lowered = lower(main)
             t2 = time.perf_counter()
             text = emit_module(
                 lowered,
-                program.name,
+                main.name,
                 num_threads=target.num_threads,
                 vector_bits=target.vector_bits,
                 features=target.features,
             )
             t3 = time.perf_counter()
-            kernel = Kernel(program, lowered, compile_ir(text, target), program.name)
+            kernel = Kernel(main, lowered, compile_ir(text, target), main.name)
+            packer = compile_program(prologue, target) if prologue is not None else None
         except LoomtuneError as e:
             return self._fail(
                 "compile_error", str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -206,6 +212,7 @@ class Measurer:
             )
         outputs = {off: empty_outputs(task.output_specs(), off) for off in self.offsets}
         first = self.offsets[0]
+        args = prepared.inputs
         try:
             if fault == "crash":
                 os.kill(os.getpid(), signal.SIGSEGV)
@@ -214,7 +221,10 @@ class Measurer:
                     time.sleep(3600)
             if fault == "oom":
                 np.ones(1 << 40, dtype=np.uint8)
-            kernel(*prepared.inputs[first], *outputs[first])
+            if prologue is not None and packer is not None:  # once, untimed: as at a model's load
+                packed = run_prologue(packer, prologue, task, prepared.inputs[first])
+                args = {o: main_arguments(task, main, a, packed) for o, a in args.items()}
+            kernel(*args[first], *outputs[first])
         except MemoryError:
             return self._fail(
                 "runtime_error",
@@ -230,7 +240,7 @@ class Measurer:
         if reason is not None:
             return self._fail("wrong_result", reason, compile_ms)
         t5 = time.perf_counter()
-        calls = [kernel.bind_call(*prepared.inputs[o], *outputs[o]) for o in self.offsets]
+        calls = [kernel.bind_call(*args[o], *outputs[o]) for o in self.offsets]
         timings, confirmed = self._time(prepared, calls, config)
         timing = max(timings, key=lambda t: t.median_ms)
         if prepared.best_ms is None or timing.median_ms < prepared.best_ms:
@@ -253,9 +263,8 @@ class Measurer:
         extra = {
             "number": timing.number,
             "confirmed": confirmed,
-            "offsets": [
-                [offset_of(a) for a in (*prepared.inputs[o], *outputs[o])] for o in self.offsets
-            ],
+            "offsets": [[offset_of(a) for a in (*args[o], *outputs[o])] for o in self.offsets],
+            "prepacked": [b.name for b in prologue.outputs] if prologue is not None else [],
             "offset_ms": [t.median_ms for t in timings],
             "phases_ms": {k: v * 1e3 for k, v in phases.items()},
         }

@@ -8,7 +8,9 @@ share one, `count` says how often it runs), the steps in order with the graph va
 each reads and writes (as views of the shape the task declares), the nodes run once at
 load over the weights (`prepare`: a conv weight's OIHW→HWIO transpose, a Gemm's
 transposed B), and where every activation lives in one arena (`slots`, `arena_bytes`).
-`codegen/model.py` turns it into a callable model.
+A task's inputs bound to weights (constants or load-time results) are its `layout_free`
+ones, so a task keys the kernel as the model runs it. `codegen/model.py` turns it into
+a callable model.
 """
 
 from __future__ import annotations
@@ -94,11 +96,16 @@ def build_plan(graph: Graph) -> ModelPlan:
     g = lower_graph(graph)
     part = partition(g)
     cache: dict[str, Task] = {}
+    load_time = set(g.constants) | {v for i in part.prepare for v in g.nodes[i].outputs}
+
+    def constant(value: str) -> bool:
+        return part.views.get(value, value) in load_time
+
     index: dict[str, int] = {}
     tasks: list[PlanTask] = []
     steps: list[Step] = []
     for group in part.groups:
-        gt = group_task(g, group, cache)
+        gt = group_task(g, group, cache, constant)
         key = gt.task.key
         if key not in index:
             index[key] = len(tasks)

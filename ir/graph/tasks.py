@@ -3,21 +3,23 @@
 The task's arguments are graph values, each with the shape the task declares for it:
 buffers are contiguous, so a library matmul reads the graph's [1, 16, 64] activation as
 [16, 64] (a view, no copy). Weights are task inputs like any other value; only scalar
-constants (an epsilon, a GELU's 0.5, a clip's 6) become literals of the workload.
+constants (an epsilon, a GELU's 0.5, a clip's 6) become literals of the workload. The
+inputs bound to load-time constants are the task's `layout_free` ones (part of its key):
+the kernel is tuned as the model runs it, with what only rearranges them done at load.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ir.definition import to_definition
 from ir.graph.fuse import Group
 from ir.graph.graph import Graph, Node
 from ir.graph.lower_ops import GroupBuilder, Lazy, workload_of
 from ir.graph.ops import OPS
-from ir.task import Task, custom_task, library_task
+from ir.task import Task, custom_task, library_task, with_layout_free
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,24 @@ def pattern_of(graph: Graph, group: Group) -> str:
     return "+".join([*reads, *(graph.nodes[i].op for i in group.nodes)])
 
 
-def group_task(graph: Graph, group: Group, cache: dict[str, Task] | None = None) -> GroupTask:
-    """The task of one group (equal workloads share one Task object through `cache`)."""
+def group_task(
+    graph: Graph,
+    group: Group,
+    cache: dict[str, Task] | None = None,
+    constant: Callable[[str], bool] = lambda _: False,
+) -> GroupTask:
+    """The task of one group (equal workloads share one Task object through `cache`);
+    `constant(value)`: whether a graph value is a load-time constant of the model."""
+    found = _group_task(graph, group, cache)
+    names = [b.name for b in found.task.program.inputs]
+    free = [n for n, a in zip(names, found.inputs) if constant(a.value)]
+    if not free:
+        return found
+    task = _cached(cache, f"{found.task.key}:{free}", lambda: with_layout_free(found.task, free))
+    return replace(found, task=task)
+
+
+def _group_task(graph: Graph, group: Group, cache: dict[str, Task] | None) -> GroupTask:
     pattern = pattern_of(graph, group)
     flops = sum(node_flops(graph, graph.nodes[i]) for i in group.nodes)
     matched = _library(graph, group)

@@ -118,7 +118,7 @@ def test_the_exported_library_embeds_the_packed_weights(encoder, tmp_path: Path)
 
 
 def _shared_task_model() -> onnx.ModelProto:
-    """y = ((x @ W) @ x) @ W: one matmul task, its B a weight in two steps (the same one:
+    """y = ((x @ W) @ x) @ W: one matmul, its B a weight in two steps (the same one:
     tied) and an activation in the third."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.uniform(-0.3, 0.3, (32, 32)).astype(np.float32), "W")
@@ -135,10 +135,14 @@ def _shared_task_model() -> onnx.ModelProto:
 def test_a_task_with_a_weight_in_some_steps_only_and_tied_weights() -> None:
     graph = load_onnx(_shared_task_model())
     plan = build_plan(graph)
-    assert len(plan.tasks) == 1 and len(plan.steps) == 3
+    # two tasks of one matmul: B a load-time constant (layout-free), and B an activation
+    assert len(plan.steps) == 3
+    assert [t.task.layout_free for t in plan.tasks] == [("B",), ()]
+    assert [t.count for t in plan.tasks] == [2, 1]
+    assert len({t.task.key for t in plan.tasks}) == 2
     programs = _packed_programs(plan)
     model = CompiledModel(plan, programs)
-    # two kernels of the one task: B pre-packed, and B an activation packed per call
+    # B pre-packed in the first; packed per call in the second
     assert len(model.kernels) == 2
     assert [b.name for b in model.kernels[0].program.inputs] == ["A", "B_packed"]
     assert [b.name for b in model.kernels[1].program.allocs] == ["B_packed"]

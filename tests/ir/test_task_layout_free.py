@@ -1,0 +1,68 @@
+"""A task's constant inputs (`layout_free`) are part of its workload and key: a kernel
+whose weight is a model's load-time constant is another workload than one whose weight
+arrives per call; standalone operators keep their keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from frontend.onnx import load_onnx
+from frontend.stripped import load_stripped, strip_graph
+from ir.errors import WorkloadError
+from ir.graph.plan import build_plan
+from ir.serialize import structural_hash
+from ir.task import library_task, task_from_spec, with_layout_free
+from tests.models import conv_net, encoder_layer
+
+DENSE = {"m": 8, "n": 48, "k": 20, "bias": 1, "relu": 0}
+
+
+def test_constants_change_the_key_and_travel_in_the_spec() -> None:
+    task = library_task("dense", DENSE)
+    assert task.layout_free == () and "layout_free" not in task.spec()
+    assert task.key == structural_hash(task.program)
+    free = with_layout_free(task, ["bias", "W"])
+    assert free.layout_free == ("W", "bias")  # sorted: one spelling, one key
+    assert free.key != task.key
+    assert free.key == with_layout_free(task, ["W", "bias", "W"]).key
+    assert free.key != with_layout_free(task, ["W"]).key
+    assert with_layout_free(task, []).key == task.key
+    spec = free.spec()
+    assert spec == {"op": "dense", "params": free.params, "layout_free": ["W", "bias"]}
+    assert task_from_spec(spec).key == free.key  # what a measurement process rebuilds
+    assert task_from_spec(task.spec()).key == task.key
+
+
+@pytest.mark.parametrize(
+    ("free", "message"),
+    [(["Q"], "Q is not an input of dense"), ("W", "a list of input names"), ([1], "a list")],
+)
+def test_a_wrong_layout_free_names_the_inputs(free, message: str) -> None:
+    spec = {**library_task("dense", DENSE).spec(), "layout_free": free}
+    with pytest.raises(WorkloadError, match=message):
+        task_from_spec(spec)
+
+
+def test_a_model_task_keys_its_weights() -> None:
+    plan = build_plan(load_onnx(encoder_layer(layers=1)))
+    dense = [t.task for t in plan.tasks if t.task.op == "dense"]
+    assert dense and all(t.layout_free == ("W", "bias") for t in dense)
+    standalone = library_task("dense", dense[0].params)
+    assert dense[0].key != standalone.key
+    assert with_layout_free(standalone, ["W", "bias"]).key == dense[0].key
+    # attention's matmuls read two activations: nothing is constant
+    assert any(t.task.is_custom and t.task.layout_free == () for t in plan.tasks)
+
+
+@pytest.mark.parametrize("model", [conv_net, encoder_layer])
+def test_the_stripped_graph_cuts_the_same_tasks(model) -> None:
+    graph = load_onnx(model())
+    stripped = load_stripped(strip_graph(graph), max_bytes=1 << 30)
+    ours, theirs = build_plan(graph), build_plan(stripped)
+    assert [t.task.key for t in ours.tasks] == [t.task.key for t in theirs.tasks]
+    assert [t.task.layout_free for t in ours.tasks] == [t.task.layout_free for t in theirs.tasks]
+    assert any(t.task.layout_free for t in ours.tasks)
+    # a conv's weight (in1) is a load-time result (OIHW -> HWIO, BN folded): constant too
+    if model is conv_net:
+        convs = [t.task for t in ours.tasks if "conv2d" in t.pattern]
+        assert convs and all(t.layout_free == ("in1", "in2") for t in convs)
