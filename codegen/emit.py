@@ -8,7 +8,8 @@
   and reassociate reductions; results stay within DESIGN.md's tolerance.
 - Vectorized loops become `<W x T>` operations (see `codegen/vector.py` for the
   width and the legality check); unrolled loops are emitted unrolled; parallel
-  loops are outlined and run fork-join on pthreads (the last section of this module).
+  loops are outlined and run fork-join on a persistent thread pool (the last section of
+  this module; the pool is codegen/threadpool.py).
 - This module emits statements, functions and the module; expressions, LLVM
   types and integer constant folding are in `codegen/emit_expr.py`.
 - Scratch buffers come from aligned_alloc (64-byte aligned); the function returns
@@ -23,7 +24,7 @@ from typing import TypeVar
 
 from llvmlite import ir as ll
 
-from codegen import mathfn
+from codegen import mathfn, threadpool
 from codegen.amx import AMX_DENIED, amx_granted_flag
 from codegen.emit_expr import (
     I8,
@@ -344,18 +345,19 @@ def _amx_guard(self: ModuleEmitter, body: ll.Function, fn_ty: ll.FunctionType) -
 
 
 # ---------------------------------------------------------------------------
-# Parallel loops: the body is outlined and run fork-join on pthreads.
+# Parallel loops: the body is outlined and run fork-join on loomtune's thread pool.
 #
 #     for i in parallel(N): body(i, captured...)
 #       ->  task[t] = {captured buffers, captured loop variables, start_t, end_t, status}
-#           pthread_create(worker, &task[t])  for t = 1..T-1   (inline if creation fails)
-#           worker(&task[0])                  on the calling thread
-#           pthread_join(...)                 then any non-zero status fails the kernel
+#           loomtune_parallel_run(worker, task, sizeof task[0], T)
+#             (task 0 on the calling thread, task t on pool worker t; codegen/threadpool.py)
+#           then any non-zero status fails the kernel
 #
 # T is the target's thread count (the module's `num_threads`); iterations are split
 # into T contiguous chunks. Parallel loops nested inside the outlined body run
 # serially (one level of parallelism, no oversubscription). No C extension and no
-# compiler are involved: the generated code calls libpthread directly.
+# compiler are involved: the pool is LLVM IR calling libc and libpthread, compiled
+# once per JIT process or linked into each exported library (codegen/jit.py).
 
 
 def _captures(f: FunctionEmitter, loop: For) -> tuple[list[str], list[Var]]:
@@ -412,8 +414,10 @@ def emit_parallel_loop(f: FunctionEmitter, loop: For) -> None:
     ll.IRBuilder(w.fail_block).ret(ll.Constant(I32, -1))
     w.finish_entry()
 
-    #    ... and the pthread entry point: ptr worker(ptr task) unpacks the task.
-    worker = ll.Function(m.module, ll.FunctionType(PTR, [PTR]), name=m.fresh_function_name("par"))
+    #    ... and the pool's entry point: void worker(ptr task) unpacks the task.
+    worker = ll.Function(
+        m.module, ll.FunctionType(ll.VoidType(), [PTR]), name=m.fresh_function_name("par")
+    )
     worker.linkage = "internal"
     task_arg = worker.args[0]
     wb = ll.IRBuilder(worker.append_basic_block("entry"))
@@ -427,17 +431,13 @@ def emit_parallel_loop(f: FunctionEmitter, loop: For) -> None:
     ]
     status = wb.call(body_fn, values)
     wb.store(status, field_ptr(wb, task_arg, status_i))
-    wb.ret(ll.Constant(PTR, None))
+    wb.ret_void()
 
-    # 2. fork: fill one task per thread, start threads 1..T-1, run chunk 0 here
+    # 2. fill one task per thread (contiguous chunks) and run them on the pool
     tasks = f.alloca(task_ty, threads, name=f"{loop.var.name}.tasks")
-    tids = f.alloca(I64, threads, name=f"{loop.var.name}.tids")
-    started = f.alloca(ll.IntType(8), threads, name=f"{loop.var.name}.started")
     extent = f.expr(loop.extent)
     t_const = ll.Constant(I64, threads)
     chunk = b.sdiv(b.add(extent, ll.Constant(I64, threads - 1)), t_const)
-    pthread_create = m.declare("pthread_create", I32, [PTR, PTR, PTR, PTR])
-    pthread_join = m.declare("pthread_join", I32, [I64, PTR])
 
     def smin(x: ll.Value, y: ll.Value) -> ll.Value:
         return b.select(b.icmp_signed("<", x, y), x, y)
@@ -455,28 +455,13 @@ def emit_parallel_loop(f: FunctionEmitter, loop: For) -> None:
         b.store(lo, field_ptr(b, task, start_i))
         b.store(hi, field_ptr(b, task, end_i))
         b.store(ll.Constant(I32, 0), field_ptr(b, task, status_i))
-    for t in range(1, threads):
-        tid = b.gep(tids, [ll.Constant(I64, t)], inbounds=True, source_etype=I64)
-        flag = b.gep(started, [ll.Constant(I64, t)], inbounds=True, source_etype=ll.IntType(8))
-        rc = b.call(pthread_create, [tid, ll.Constant(PTR, None), worker, task_ptrs[t]])
-        ok = b.icmp_signed("==", rc, ll.Constant(I32, 0))
-        b.store(b.zext(ok, ll.IntType(8)), flag)
-        with b.if_then(b.not_(ok)):
-            b.call(worker, [task_ptrs[t]])  # could not start a thread: run the chunk here
-    b.call(worker, [task_ptrs[0]])
+    # The task's size as LLVM lays it out (folded to a constant).
+    stride = b.sub(b.ptrtoint(task_ptrs[1], I64), b.ptrtoint(task_ptrs[0], I64))
+    run = m.declare(threadpool.ENTRY, ll.VoidType(), [PTR, PTR, I64, I32])
+    b.call(run, [worker, tasks, stride, ll.Constant(I32, threads)])
 
-    # 3. join, then fail the kernel if any chunk failed
+    # 3. fail the kernel if any chunk failed
     failed: ll.Value = ll.Constant(ll.IntType(1), 0)
-    for t in range(1, threads):
-        flag = b.load(
-            b.gep(started, [ll.Constant(I64, t)], inbounds=True, source_etype=ll.IntType(8)),
-            typ=ll.IntType(8),
-        )
-        with b.if_then(b.icmp_unsigned("!=", flag, ll.Constant(ll.IntType(8), 0))):
-            tid = b.load(
-                b.gep(tids, [ll.Constant(I64, t)], inbounds=True, source_etype=I64), typ=I64
-            )
-            b.call(pthread_join, [tid, ll.Constant(PTR, None)])
     for t in range(threads):
         status = b.load(field_ptr(b, task_ptrs[t], status_i), typ=I32)
         failed = b.or_(failed, b.icmp_signed("!=", status, ll.Constant(I32, 0)))

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from codegen import threadpool
 from codegen.emit import emit_module
 from codegen.jit import (
     CompiledModule,
@@ -189,8 +190,8 @@ _STDINT_MACRO = re.compile(
     r"|U?INTPTR_(?:MAX|MIN|WIDTH)|(?:PTRDIFF|SIZE|WCHAR|WINT|SIG_ATOMIC)_(?:MAX|MIN|WIDTH)"
 )
 
-# Functions generated code calls (codegen.emit, codegen.emit_expr, codegen.mathfn),
-# and `main`. A kernel exported under one of these names would replace the C
+# Functions generated code calls (codegen.emit, codegen.emit_expr, codegen.mathfn, and
+# the thread pool codegen.threadpool linked into it), and `main`. A kernel exported under one of these names would replace the C
 # library's function for the whole program that links it.
 _LIBRARY_NAMES = frozenset(
     {
@@ -216,7 +217,8 @@ _LIBRARY_NAMES = frozenset(
         "floor",
         "floorf",
         "pthread_create",
-        "pthread_join",
+        threadpool.ENTRY,
+        *threadpool.IMPORTS,
     }
 )
 
@@ -407,7 +409,7 @@ def _link(module: CompiledModule, output: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="loomtune-export-") as tmp:
         obj = write_object(module, Path(tmp) / f"{output.stem}.o")
         try:
-            link_shared_library(obj, output)
+            link_shared_library(obj, output, thread_pool=module.uses_thread_pool)
         except LinkerNotFoundError:
             raise ExportError(_NO_CC) from None
         except LinkError as exc:

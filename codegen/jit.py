@@ -9,6 +9,11 @@ code model (large on x86-64: JIT memory may land anywhere in the address
 space), while an object meant for a ``.so`` wants position-independent code
 with the small code model. Both have the same CPU and features, so the
 optimised IR is the same for both.
+
+Parallel loops call the thread pool's entry (``codegen/threadpool.py``, LLVM IR too):
+JIT-ed modules share one pool per process (compiled here once, registered with
+``llvm.add_symbol``); an exported object gets the runtime linked in (hidden, one
+COMDAT group), so a library holds one pool and depends on nothing new.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
-from codegen.host import host_cpu_disabled_features, host_cpu_name
+from codegen import threadpool
+from codegen.host import host_cpu_disabled_features, host_cpu_name, host_target
 from ir.errors import LoomtuneError
 from ir.target import Target
 
@@ -226,6 +232,51 @@ def undefined_symbols(ir_text: str) -> set[str]:
 
 
 # ---------------------------------------------------------------------------
+# The thread pool's runtime
+
+_POOL_LOCK = threading.Lock()
+_POOL_ENGINE: list[llvm.ExecutionEngine] = []
+
+
+def _jit_thread_pool() -> None:
+    """Compile the pool runtime once per process and register its entry for MCJIT.
+
+    Compiled for this CPU whatever the kernel's target (its code is scalar). The engine
+    is detached, never disposed: pool workers run its code until the process ends, and a
+    disposed engine at interpreter exit would unmap code a spinning worker is in.
+    """
+    with _POOL_LOCK:
+        if _POOL_ENGINE:
+            return
+        module = _parse(threadpool.runtime_ir(export=False))
+        machine = create_target_machine(host_target(1), jit=True)
+        with _LLVM_LOCK:
+            module.triple = llvm.get_process_triple()
+            module.data_layout = str(machine.target_data)
+            optimize(module, machine)
+            engine = llvm.create_mcjit_compiler(module, machine)
+            engine.finalize_object()
+            address = int(engine.get_function_address(threadpool.ENTRY))
+            llvm.add_symbol(threadpool.ENTRY, address)
+        engine.detach()
+        _POOL_ENGINE.append(engine)
+
+
+def _link_runtime(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
+    """Link the pool runtime (export flavour: hidden, one COMDAT group) into ``module``
+    when it calls it, optimised for ``machine``; a no-op otherwise."""
+    with _LLVM_LOCK:
+        if threadpool.ENTRY not in _undeclared(module):
+            return
+    runtime = _parse(threadpool.runtime_ir(export=True))
+    with _LLVM_LOCK:
+        runtime.triple = module.triple
+        runtime.data_layout = module.data_layout
+        optimize(runtime, machine)
+        module.link_in(runtime)
+
+
+# ---------------------------------------------------------------------------
 # Compiled modules
 
 
@@ -247,7 +298,9 @@ def _optimized(
         unresolved = sorted(
             name
             for name in _undeclared(module)
-            if name not in external and not llvm.address_of_symbol(name)
+            if name not in external
+            and name != threadpool.ENTRY
+            and not llvm.address_of_symbol(name)
         )
         if unresolved:
             raise CompileError(
@@ -272,6 +325,7 @@ def compile_object(ir_text: str, target: Target, *, external: Iterable[str] = ()
     functions another object of the same library defines (the driver calls the kernels).
     """
     module, machine, _ = _optimized(ir_text, target, _Options(), frozenset(external))
+    _link_runtime(module, machine)
     with _LLVM_LOCK:
         return bytes(machine.emit_object(module))
 
@@ -304,7 +358,10 @@ class CompiledModule:
             # Kept as text before MCJIT's code generator touches the module
             # (codegen-prepare rewrites IR); exports re-parse it.
             self.optimized_ir: str = str(module)
-
+            self.uses_thread_pool = threadpool.ENTRY in _undeclared(module)
+        if self.uses_thread_pool:
+            _jit_thread_pool()
+        with _LLVM_LOCK:
             # 3. JIT; the engine owns the module and its target machine now
             self._engine = llvm.create_mcjit_compiler(
                 module, create_target_machine(target, jit=True)
@@ -326,7 +383,15 @@ class CompiledModule:
         return address
 
     def _export_module(self) -> llvm.ModuleRef:
-        return _parse(self.optimized_ir, verify=False)
+        module = _parse(self.optimized_ir, verify=False)
+        _link_runtime(module, self._export_machine)
+        return module
+
+    def export_ir(self) -> str:
+        """The optimised IR as exports write it: with the thread pool linked in, if it calls it."""
+        module = self._export_module()
+        with _LLVM_LOCK:
+            return str(module)
 
     def assembly(self) -> str:
         """Target assembly (AT&T syntax on x86) of the optimised module."""
@@ -421,9 +486,9 @@ def write_assembly(module: CompiledModule, path: str | Path) -> Path:
 
 
 def write_llvm_ir(module: CompiledModule, path: str | Path, *, optimized: bool = True) -> Path:
-    """Write the optimised IR (or, ``optimized=False``, the input text) to ``path``."""
+    """Write the optimised IR, self-contained (or, ``optimized=False``, the input text) to ``path``."""
     path = Path(path)
-    path.write_text(module.optimized_ir if optimized else module.ir_text)
+    path.write_text(module.export_ir() if optimized else module.ir_text)
     return path
 
 
@@ -433,13 +498,16 @@ def link_shared_library(
     *,
     cc: str = "cc",
     exports: Sequence[str] | None = None,
+    thread_pool: bool = False,
 ) -> Path:
     """Link object files into a shared library with the system C compiler.
 
     Only ``-lm -lpthread`` (and libc) are linked: a kernel needs nothing else.
     With ``exports``, only those symbols are visible outside the library (a GNU
     version script): a model's kernels stay internal, so two models' libraries
-    can be loaded by one program.
+    can be loaded by one program. ``thread_pool``: the objects run parallel loops, so
+    the library is never unloaded (``-z nodelete``): its pool's workers outlive a
+    ``dlclose`` and keep running its code.
     """
     driver = shutil.which(cc)
     if driver is None:
@@ -450,6 +518,8 @@ def link_shared_library(
     so_path = Path(so_path)
     objects = [obj_path] if isinstance(obj_path, str | Path) else list(obj_path)
     command = [driver, "-shared", "-o", str(so_path), *map(str, objects), "-lm", "-lpthread"]
+    if thread_pool:
+        command.append("-Wl,-z,nodelete")
     with tempfile.TemporaryDirectory(prefix="loomtune-link-") as tmp:
         if exports is not None:
             script = Path(tmp) / "exports.map"

@@ -58,7 +58,8 @@ from ir import dtype as dt
 from ir.graph.memory import ALIGNMENT
 from ir.graph.plan import ModelPlan, Step
 from ir.lower import lower
-from ir.program import Program
+from ir.node import walk
+from ir.program import For, Program
 from ir.target import Target
 
 __all__ = ["ModelExport", "check_model_request", "default_name", "export_model", "model_header"]
@@ -269,7 +270,9 @@ def model_header(
         "",
         f"{name}_run uses the library's own arena ({macro} bytes): ONE CALL AT A",
         "TIME (callers on several threads must serialise). Each call runs its",
-        f"kernels on up to {target.num_threads} thread(s) of its own (pthreads).",
+        f"kernels on up to {target.num_threads} thread(s): the caller and the library's",
+        "worker threads (pthreads), started at the first call and kept. A loop",
+        "that finds them busy with another call's runs on its caller alone.",
         f"{name}_run_arena runs on the caller's arena ({macro} bytes, 64-byte",
         f"aligned: aligned_alloc(64, {macro})): calls on distinct arenas may run",
         "at the same time. Inputs are copied in and outputs out: no pointer is",
@@ -300,12 +303,17 @@ def model_header(
 # Export
 
 
-def _kernel_object(program: Program, symbol: str, target: Target) -> bytes:
-    """One task's kernel, emitted exactly as :func:`codegen.kernel.compile_program` emits it."""
+def _kernel_object(program: Program, symbol: str, target: Target) -> tuple[bytes, bool]:
+    """One task's kernel, emitted exactly as :func:`codegen.kernel.compile_program` emits it,
+    and whether it runs a parallel loop (on the thread pool linked into it)."""
+    lowered = lower(program)
     text = emit_module(
-        lower(program), symbol, num_threads=target.num_threads, vector_bits=target.vector_bits
+        lowered, symbol, num_threads=target.num_threads, vector_bits=target.vector_bits
     )
-    return compile_object(text, target)
+    parallel = target.num_threads > 1 and any(
+        isinstance(n, For) and n.kind == "parallel" for n in walk(lowered.body)
+    )
+    return compile_object(text, target), parallel
 
 
 def export_model(
@@ -339,12 +347,14 @@ def export_model(
     header_text = model_header(plan, name, target, source=source, weight_bytes=weight_bytes)
     with tempfile.TemporaryDirectory(prefix="loomtune-export-") as tmp:
         folder = Path(tmp)
-        objects, n_params = [], []
+        objects, n_params, thread_pool = [], [], False
         for i, program in enumerate(run.programs):
             n_params.append(len(program.params))
             path = folder / f"k{i}.o"
-            path.write_bytes(_kernel_object(program, f"{name}_k{i}", target))
+            code, parallel = _kernel_object(program, f"{name}_k{i}", target)
+            path.write_bytes(code)
             objects.append(path)
+            thread_pool |= parallel
         text = _driver_ir(plan, run.steps, name, n_params, offsets, bool(constants))
         if constants:
             blob = folder / "weights.bin"
@@ -356,7 +366,10 @@ def export_model(
         driver.write_bytes(compile_object(text, target, external=kernels))
         try:
             link_shared_library(
-                [*objects, driver], output, exports=[f"{name}_run", f"{name}_run_arena"]
+                [*objects, driver],
+                output,
+                exports=[f"{name}_run", f"{name}_run_arena"],
+                thread_pool=thread_pool,
             )
         except LinkerNotFoundError as exc:
             raise ExportError(str(exc).splitlines()[0]) from None

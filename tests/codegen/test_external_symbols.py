@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from codegen import threadpool
 from codegen.emit import emit_module
 from codegen.jit import undefined_symbols
 from ir.library import OPS
@@ -28,8 +29,22 @@ ALLOWED = {
     "tanhf",
     "tanh",
     "erf",
+}
+# ... and the thread pool's entry: the pool itself is linked in (JIT: once per process)
+# and calls libc and libpthread only.
+POOL = threadpool.ENTRY
+POOL_ALLOWED = {
+    "syscall",
+    "mmap",
+    "munmap",
+    "madvise",
+    "getpid",
+    "sched_yield",
+    "clock_gettime",
     "pthread_create",
-    "pthread_join",
+    "pthread_detach",
+    "sigfillset",
+    "pthread_sigmask",
 }
 
 
@@ -38,20 +53,23 @@ def test_only_libc_libm_libpthread(op: str) -> None:
     task = library_task(op)
     text = emit_module(lower(task.program), op)
     external = undefined_symbols(text)
-    assert external <= ALLOWED, f"{op} calls {sorted(external - ALLOWED)}"
+    assert external <= ALLOWED | {POOL}, f"{op} calls {sorted(external - ALLOWED)}"
+
+
+def test_the_thread_pool_calls_only_libc_and_libpthread() -> None:
+    for export in (False, True):
+        assert undefined_symbols(threadpool.runtime_ir(export=export)) == POOL_ALLOWED
 
 
 def test_symbol_check_sees_calls() -> None:
-    # softmax needs scratch memory and a parallel loop needs pthreads: the check is not vacuous.
+    # softmax needs scratch memory and a parallel loop the pool: the check is not vacuous.
     assert "aligned_alloc" in undefined_symbols(
         emit_module(lower(library_task("softmax").program), "softmax")
     )
     program = lower(library_task("transpose").program)
     outer = program.body
     program = replace(program, body=replace(outer, kind="parallel"))
-    assert {"pthread_create", "pthread_join"} <= undefined_symbols(
-        emit_module(program, "t", num_threads=2)
-    )
+    assert POOL in undefined_symbols(emit_module(program, "t", num_threads=2))
 
 
 def test_intermediates_compacted_into_a_loop_live_on_the_stack() -> None:

@@ -203,17 +203,16 @@ def test_unrolled_programs_are_correct() -> None:
 # -- parallel --------------------------------------------------------------------
 
 
-def test_parallel_loop_is_outlined_onto_pthreads() -> None:
+def test_parallel_loop_is_outlined_onto_the_thread_pool() -> None:
     task = library_task("gelu", {"m": 8, "n": 8})
     text = emit_module(lower(with_loop(task.program, "i", "parallel")), "k", num_threads=2)
-    assert re.search(r'call i32 @"?pthread_create', text) and re.search(
-        r'call i32 @"?pthread_join', text
-    )
-    assert re.search(r"define internal ptr @\"?k\.par\d+", text) and re.search(
+    assert re.search(r'call void @"?loomtune_parallel_run"?\(.*@"?k\.par\d+"?, .*, i32 2\)', text)
+    assert "pthread_create" not in text  # the pool starts threads, not the kernel
+    assert re.search(r"define internal void @\"?k\.par\d+", text) and re.search(
         r"define internal i32 @\"?k\.body\d+\"?\(ptr noalias", text
     )
-    # One thread: no threads at all.
-    assert "pthread_create" not in emit_module(
+    # One thread: no pool at all.
+    assert "loomtune_parallel_run" not in emit_module(
         lower(with_loop(task.program, "i", "parallel")), "k", num_threads=1
     )
 
