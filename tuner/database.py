@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ir.errors import LoomtuneError
+from ir.target import Target, TargetError
 
 STATUSES = ("ok", "compile_error", "runtime_error", "timeout", "wrong_result", "crashed")
 """Every outcome of a measurement (STYLE.md habit 9); only `ok` has a median."""
@@ -313,6 +314,14 @@ class Database(Protocol):
         Fastest first; the search seeds other parameters from these (`--repair`).
         """
 
+    def other_thread_counts(self, workload_key: str, target: str) -> list[str]:
+        """The targets with the target's CPU and features at another thread count that
+        have ok records of the workload: nearest thread count first (ties: fewer threads).
+
+        The search seeds a thread count from the workload's bests at the others: the
+        target string (hence every other query) includes the thread count.
+        """
+
     def commit_final(
         self, workload_key: str, target: str, record_id: str, retimed_ms: float
     ) -> FinalChoice:
@@ -330,6 +339,24 @@ class Database(Protocol):
 
     def load_cost_model(self, target: str) -> tuple[bytes, int] | None:
         """The target's cost model and how many samples trained it, or None."""
+
+
+def thread_siblings(target: str, others: Iterable[str]) -> list[str]:
+    """Those of `others` that are `target` (canonical) at another thread count, nearest
+    thread count first (ties: fewer threads); [] when `target` is not a canonical string."""
+    try:
+        mine = Target.parse(target)
+    except TargetError:
+        return []
+    found: dict[str, int] = {}
+    for text in others:
+        try:
+            other = Target.parse(text)
+        except TargetError:
+            continue
+        if other.with_threads(mine.num_threads) == mine and other.num_threads != mine.num_threads:
+            found[text] = other.num_threads
+    return sorted(found, key=lambda t: (abs(found[t] - mine.num_threads), found[t]))
 
 
 def _rank(record: TuningRecord) -> tuple[float, datetime, str]:
@@ -405,6 +432,15 @@ class InMemoryDatabase:
             if chosen is not None:
                 best[key] = self._records[chosen.record_id]
         return sorted(best.values(), key=_rank)[: max(limit, 0)]
+
+    def other_thread_counts(self, workload_key: str, target: str) -> list[str]:
+        with self._lock:
+            targets = {
+                r.target
+                for r in self._records.values()
+                if r.workload_key == workload_key and r.status == "ok"
+            }
+        return thread_siblings(target, targets)
 
     def commit_final(
         self, workload_key: str, target: str, record_id: str, retimed_ms: float

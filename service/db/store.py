@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import models as m
 from service.db.session import as_utc
-from tuner.database import DatabaseError, FinalChoice, TuningRecord, utc_now
+from tuner.database import DatabaseError, FinalChoice, TuningRecord, thread_siblings, utc_now
 
 
 def dialect_insert(session: Session, table: Any) -> Any:
@@ -375,6 +375,29 @@ class SQLDatabase:
         if exclude_workload_key is not None:
             query = query.where(m.Workload.key != exclude_workload_key)
         return self._records(query.order_by(*_BY_MEDIAN).limit(limit))
+
+    def other_thread_counts(self, workload_key: str, target: str) -> list[str]:
+        # The targets of the same CPU name with ok records of the workload (a handful),
+        # compared whole in Python: the features are a JSON list, which neither
+        # backend compares portably.
+        cpu = target.partition("-mcpu=")[2].split(" ")[0]
+        if not cpu:
+            return []
+        has_records = (
+            select(m.Record.record_id)
+            .where(
+                m.Record.workload_key == workload_key,
+                m.Record.target_id == m.Target.id,
+                m.Record.status == "ok",
+                SERVED,
+            )
+            .exists()
+        )
+        with self.sessions() as session:
+            found = session.scalars(
+                select(m.Target.canonical).where(m.Target.cpu == cpu, has_records)
+            ).all()
+        return thread_siblings(target, found)
 
     # -- the finalists' choices ------------------------------------------------------
 

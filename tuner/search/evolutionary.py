@@ -40,6 +40,10 @@ import numpy as np
 
 from ir.errors import LoomtuneError
 from ir.library import OPS
+from ir.node import walk
+from ir.program import For, Program
+from ir.serialize import structural_hash
+from ir.target import Target, TargetError
 from ir.task import Task, custom_task, library_task
 from tuner.cost_model.features import program_features
 from tuner.cost_model.model import DEFAULT_OBJECTIVE, XGBCostModel
@@ -47,6 +51,9 @@ from tuner.database import TuningRecord
 from tuner.runner import MeasureResult
 from tuner.search.pool import REJECTED, Job, SearchPool, trace_features
 from tuner.search.strategy import SearchContext, register_strategy
+from tuner.space.base import SpaceRejected
+from tuner.space.mutators.base import annotated_categoricals
+from tuner.space.rules.base import PARALLEL, UNROLL
 from tuner.trace.errors import TraceError
 from tuner.trace.trace import Trace
 
@@ -65,6 +72,11 @@ class EvolutionaryConfig:
         warm_start_records: stored records of the target the model learns from at the start.
         other_shapes: best traces of the same operator at other parameters
             (repaired to this shape) that join the first population.
+        other_threads: this workload's fastest records at the nearest other thread count
+            on the same CPU (the finalists' choice first) that join the first population,
+            and the best at each farther count, each re-derived for this thread count
+            with every parallel extent (`_rethreaded`): the target string includes the
+            thread count, so without them a new thread count starts from nothing.
         runner_ups: further traces of the nearest other shape that join them: the
             fastest record of each structure other than its best's first (pack a
             weight or not: the best choice often differs between shapes), then its
@@ -88,6 +100,7 @@ class EvolutionaryConfig:
     min_samples: int = 16
     warm_start_records: int = 256
     other_shapes: int = 8
+    other_threads: int = 4
     runner_ups: int = 3
     best_variants: int = 2
     early_batch: int = 8
@@ -153,6 +166,22 @@ class EvolutionaryStrategy:
         )
         return sorted(others, key=lambda r: shape_distance(r.params, c.task.params))
 
+    def _other_thread_counts(self) -> list[TuningRecord]:
+        """This workload's records at other thread counts of this CPU: the `other_threads`
+        fastest at the nearest count (the finalists' choice first), then the best of each
+        farther count."""
+        c, k = self.context, self.config.other_threads
+        out: list[TuningRecord] = []
+        if k <= 0:
+            return out
+        for i, target in enumerate(c.database.other_thread_counts(c.task.key, c.target)):
+            best = c.database.best(c.task.key, target)
+            top = c.database.top_k(c.task.key, target, k) if i == 0 else []
+            picked = [best] if best is not None else []
+            picked += [r for r in top if best is None or r.record_id != best.record_id]
+            out += picked[: k if i == 0 else 1]
+        return out
+
     def _other_shapes(self) -> list[tuple[TuningRecord, bool]]:
         """What a new shape starts from, each with whether its structural variants come too:
         the best record of each other shape of the operator, nearest shape first, then the
@@ -196,15 +225,30 @@ class EvolutionaryStrategy:
 
     def _add_seeds(self, sources: Sequence[tuple[TuningRecord, bool]]) -> None:
         """Each source record not used before, repaired to this shape, joins the seeds."""
-        known = {s.hash for s in self.seeds}
         for r, variants in sources:
-            if r.record_id in self._seed_sources:
-                continue
-            self._seed_sources.add(r.record_id)
-            for repaired in self._repaired(r, variants):
-                if repaired.hash not in known:
-                    known.add(repaired.hash)
-                    self.seeds.append(repaired)
+            if r.record_id not in self._seed_sources:
+                self._seed_sources.add(r.record_id)
+                self._queue_seeds(self._repaired(r, variants))
+
+    def _add_thread_seeds(self, records: Sequence[TuningRecord]) -> None:
+        """Records of other thread counts (`_other_thread_counts`) re-derived here join the
+        seeds: each one's best balanced trace, then the first record's other parallel
+        extents (the runner-ups' tiles are as likely to win as the best's other extents)."""
+        derived = []
+        for r in records:
+            if r.record_id not in self._seed_sources:
+                self._seed_sources.add(r.record_id)
+                derived.append(self._repaired(r, variants=False))
+        self._queue_seeds(
+            [ts[0] for ts in derived if ts] + [t for ts in derived[:1] for t in ts[1:]]
+        )
+
+    def _queue_seeds(self, traces: Sequence[Trace]) -> None:
+        known = {s.hash for s in self.seeds}
+        for t in traces:
+            if t.hash not in known:
+                known.add(t.hash)
+                self.seeds.append(t)
 
     def _refresh_seeds(self) -> None:
         """Other shapes' bests that appeared since the last batch join the seeds.
@@ -217,13 +261,15 @@ class EvolutionaryStrategy:
         self._add_seeds([(r, True) for r in self._other_bests()])
 
     def _repaired(self, record: TuningRecord, variants: bool = True) -> list[Trace]:
-        """Another shape's trace made to fit this program, and its structural variants.
+        """Another shape's (or thread count's) trace made to fit this program, and its
+        structural variants.
 
         A rule-based space re-derives the rule part on this program (the rules run
         again taking the old decisions, repaired where they no longer fit) and adds
         the variants with one structural choice changed (`RuleSpace.variants`: pack
         or not, rfactor or not), because the best choice often differs between
-        shapes. Any other trace is replayed whole with repair.
+        shapes. A record of another thread count is re-derived with each parallel extent
+        (`_rethreaded`). Any other trace is replayed whole with repair.
         """
         space = self.context.space
         try:
@@ -233,6 +279,11 @@ class EvolutionaryStrategy:
             if rules is None or not hasattr(space, "rederive"):
                 return [trace.apply(self.context.task.program, repair=True, rng=self.rng).trace]
             fitted = space.rederive(rules, self.rng)
+            if record.target != self.context.target:
+                rethreaded = self._rethreaded(rules, fitted)
+                if not variants:
+                    return rethreaded
+                fitted = rethreaded[0]
         except (*REJECTED, RecursionError):
             return []
         if not variants:
@@ -241,6 +292,59 @@ class EvolutionaryStrategy:
             return [fitted, *space.variants(fitted, self.rng)]
         except (*REJECTED, RecursionError):
             return [fitted]
+
+    def _rethreaded(self, source: Trace, fitted: Trace) -> list[Trace]:
+        """A rule part of another thread count (`source`), re-derived here (`fitted`), with
+        each parallel extent: one trace per distinct program, the best balanced first
+        (`parallel_balance`; only the first when none has a parallel loop).
+
+        Re-deriving keeps the tiles and structure (the block rules decide before the
+        root rule), but the parallel annotations are sampled only with several threads:
+        the derivations part there, so the parallel extents and unroll depths after it
+        were sampled. The source's unroll depths are put back, and the parallel
+        extent, which the source chose for its own thread count or not at all, is
+        tried at each value: a 1-thread best often has only a few outer tiles, and
+        which fused extent splits them evenly over this count is what varies.
+        """
+        space = self.context.space
+        rules = space.rule_part(fitted)
+        if rules is None:
+            return [fitted]
+        old, new = annotated_categoricals(source, UNROLL), annotated_categoricals(rules, UNROLL)
+        if len(old) == len(new):
+            for i, j in zip(old, new):
+                if i in source.decisions:
+                    rules = rules.with_decision(j, source.decisions[i])
+        parallel = annotated_categoricals(rules, PARALLEL)
+        if not parallel:
+            return [space.complete(rules)]
+        threads = self._threads()
+        scored: dict[str, tuple[float, int, Trace]] = {}
+        for value in range(len(rules.instructions[parallel[0]].attr("candidates"))):
+            changed = rules
+            for i in parallel:
+                changed = changed.with_decision(i, value)
+            try:
+                trace = space.complete(changed)
+            except (*REJECTED, RecursionError):
+                continue
+            program = space.scheduled_program(trace)
+            if program is None:
+                program = trace.apply(self.context.task.program).program
+            balance = parallel_balance(program, threads)
+            key = structural_hash(program)
+            if key not in scored:
+                scored[key] = (-balance, value, trace)
+        ranked = sorted(scored.values(), key=lambda s: s[:2])
+        if not ranked:
+            raise SpaceRejected("no parallel extent of the re-derived trace lowers")
+        return [t for b, _, t in ranked if b < 0] or [ranked[0][2]]
+
+    def _threads(self) -> int:
+        try:
+            return Target.parse(self.context.target).num_threads
+        except TargetError:
+            return 1
 
     # -- features --------------------------------------------------------------------
 
@@ -262,6 +366,9 @@ class EvolutionaryStrategy:
         # by its structural variants.
         self.seeds: list[Trace] = []
         self._seed_sources: set[str] = set()
+        # Other thread counts first: the same workload's tiles, only the parallel
+        # extent re-chosen, are nearer than another shape's at this count.
+        self._add_thread_seeds(self._other_thread_counts())
         self._add_seeds(self._other_shapes())
         if self.model.samples > 0:  # a shared model another task's search already warm-started
             return
@@ -470,6 +577,22 @@ class EvolutionaryStrategy:
             self.context.database.save_cost_model(
                 self.context.target, self.model.to_bytes(), self.model.samples
             )
+
+
+def parallel_balance(program: Program, threads: int) -> float:
+    """How evenly the program's parallel loops split over `threads` contiguous chunks: the
+    least of extent / (threads x the largest chunk) over its parallel loops (1.0: even;
+    7 iterations on 2 threads: 7/8), 0.0 without a parallel loop."""
+    loops = [n for n in walk(program.body) if isinstance(n, For) and n.kind == "parallel"]
+    if not loops:
+        return 0.0
+    out = 1.0
+    for lp in loops:
+        extent = int(getattr(lp.extent, "value", 0) or 0)
+        if extent <= 0:
+            continue
+        out = min(out, extent / (threads * math.ceil(extent / threads)))
+    return out
 
 
 @register_strategy("evolutionary")

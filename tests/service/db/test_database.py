@@ -158,6 +158,29 @@ def test_other_parameters_of_the_same_op_on_the_same_target(db: Database) -> Non
     assert len(db.best_of_op("matmul", ZEN1, limit=1)) == 1
 
 
+def test_other_thread_counts_of_the_same_cpu_nearest_first(db: Database) -> None:
+    def zen(threads: int, mattr: str = "+avx,+avx2,+fma") -> str:
+        return f"llvm -mcpu=znver3 -mattr={mattr} -num-threads={threads}"
+
+    db.commit_records(
+        [
+            record(MATMUL, 1, 1.0, target=zen(1)),
+            record(MATMUL, 2, 0.4, target=zen(4)),
+            record(MATMUL, 3, 0.6, target=zen(3)),
+            record(MATMUL, 4, 0.5, target=zen(2)),  # the target asked about
+            record(MATMUL, 5, None, target=zen(8), status="wrong_result"),  # no ok record
+            record(MATMUL, 6, 0.5, target=zen(6, "+avx,+avx2")),  # other features
+            record(MATMUL, 7, 0.5, target=SKX1),  # another CPU
+            record(MATMUL_BIG, 8, 0.5, target=zen(16)),  # another workload
+        ]
+    )
+    assert db.other_thread_counts(MATMUL[0], zen(2)) == [zen(1), zen(3), zen(4)]
+    assert db.other_thread_counts(MATMUL[0], zen(5)) == [zen(4), zen(3), zen(2), zen(1)]
+    assert db.other_thread_counts(MATMUL_BIG[0], zen(2)) == [zen(16)]
+    assert db.other_thread_counts(SOFTMAX[0], zen(2)) == []
+    assert db.other_thread_counts(MATMUL[0], "not a target") == []
+
+
 def test_the_finalists_choice_is_the_best(db: Database) -> None:
     fast, slow, failed = (
         record(MATMUL, 1, 1.0),

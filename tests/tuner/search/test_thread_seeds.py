@@ -1,0 +1,88 @@
+"""A new thread count starts from the workload's bests at another one, on a real SQLite database."""
+
+from __future__ import annotations
+
+from random import Random
+from typing import Any
+
+from codegen.host import host_target
+from ir.serialize import structural_hash
+from ir.task import library_task
+from service.db.schema import ensure_schema
+from service.db.store import SQLDatabase
+from tuner.search.evolutionary import EvolutionaryConfig, EvolutionaryStrategy, parallel_balance
+from tuner.search.loop import make_record
+from tuner.search.strategy import SearchContext
+from tuner.simulated import SimulatedRunner
+from tuner.space import default_space
+from tuner.space.mutators.base import annotated_categoricals
+from tuner.space.rules.base import PARALLEL, UNROLL
+from tuner.space.space import RuleSpace
+from tuner.trace.trace import Trace
+
+
+def _tiles(trace: Trace) -> list[Any]:
+    return [
+        trace.decisions[i]
+        for i, x in enumerate(trace.instructions)
+        if x.kind == "sample_perfect_tile"
+    ]
+
+
+def _unrolls(trace: Trace) -> list[Any]:
+    return [trace.decisions[i] for i in annotated_categoricals(trace, UNROLL)]
+
+
+def test_a_second_thread_count_first_measures_the_first_ones_bests_rethreaded(
+    sqlite_engine: Any,
+) -> None:
+    ensure_schema(sqlite_engine)
+    db = SQLDatabase(sqlite_engine)
+    task = library_task("matmul", {"m": 96, "n": 128, "k": 64})
+    one, two = host_target(1), host_target(2)
+    space1, runner, rng = default_space(task.program, one), SimulatedRunner(threads=1), Random(3)
+    samples = [space1.sample(rng) for _ in range(6)]
+    db.commit_records(
+        make_record(task, one.canonical(), t, runner.measure(task, t)) for t in samples
+    )
+    top = db.top_k(task.key, one.canonical(), 4)
+    assert len(top) == 4
+
+    space = default_space(task.program, two)
+    config = EvolutionaryConfig(processes=1)
+    warm = EvolutionaryStrategy(SearchContext(task, two.canonical(), space, db), 0, config)
+    first = warm.propose(8)
+    rederived = [t for t in first if t.hash in {s.hash for s in warm.seeds}]
+    assert rederived and first[: len(rederived)] == rederived  # measured first, in order
+    # the 1-thread best first, then its 3 runner-ups, one trace each
+    rules = [RuleSpace.rule_part(Trace.from_json(r.trace)) for r in top]
+    assert [_tiles(t) for t in rederived] == [_tiles(r) for r in rules]  # type: ignore[arg-type]
+    best = rules[0]
+    assert best is not None and not annotated_categoricals(best, PARALLEL)  # 1 thread
+    from_best = [t for t in warm.seeds if _tiles(t) == _tiles(best)]
+    assert from_best[0] == first[0]
+    for t in from_best:  # its tiles and unroll depths kept
+        assert _unrolls(RuleSpace.rule_part(t)) == _unrolls(best)  # type: ignore[arg-type]
+    # each record re-derived with a parallel extent chosen for 2 threads: one trace per
+    # program, the best balanced first (a serial one only when nothing runs in parallel)
+    several = 0
+    for record in top:
+        traces = warm._repaired(record, variants=False)
+        balances = [parallel_balance(t.apply(task.program).program, 2) for t in traces]
+        assert balances == sorted(balances, reverse=True)
+        assert balances[0] > 0 or len(traces) == 1
+        programs = {structural_hash(t.apply(task.program).program) for t in traces}
+        assert len(programs) == len(traces)
+        several += len(traces) > 1
+    assert several > 0
+
+
+def test_a_thread_count_with_no_other_starts_cold(sqlite_engine: Any) -> None:
+    ensure_schema(sqlite_engine)
+    db = SQLDatabase(sqlite_engine)
+    task = library_task("matmul", {"m": 96, "n": 128, "k": 64})
+    two = host_target(2)
+    warm = EvolutionaryStrategy(
+        SearchContext(task, two.canonical(), default_space(task.program, two), db), 0
+    )
+    assert warm.seeds == []
