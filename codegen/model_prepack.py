@@ -9,9 +9,10 @@ and the exported library run what this returns, so they share the packed layout.
 
 Which of a task's arguments are constants is part of the task (`Task.layout_free`: a
 matmul of two activations and one of an activation and a weight are two tasks), so it
-was tuned as it runs here: without the packing. Steps sharing a task and the same
-weights (tied weights) share one packed copy; an original weight that no kernel reads any more is dropped, so
-the packed copy replaces it rather than sitting beside it.
+was tuned as it runs here: without the packing, and one kernel per task suffices.
+Steps sharing a task and the same weights (tied weights) share one packed copy; an
+original weight that no kernel reads any more is dropped, so the packed copy replaces
+it rather than sitting beside it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from ir import dtype as dt
 from ir.arrays import aligned_empty
 from ir.graph.plan import ModelPlan, Step
 from ir.graph.tasks import Arg
-from ir.prepack import hoist_constant_blocks
 from ir.program import Program
 
 __all__ = ["ModelKernels", "model_kernels"]
@@ -37,7 +37,7 @@ __all__ = ["ModelKernels", "model_kernels"]
 class ModelKernels:
     """What a model runs: distinct kernel programs, the steps calling them, their weights."""
 
-    programs: tuple[Program, ...]  # one per (task, constant arguments)
+    programs: tuple[Program, ...]  # one per plan task: its main program
     tasks: tuple[int, ...]  # per program: the plan task it computes
     steps: tuple[Step, ...]  # the plan's steps, `task` an index into `programs`
     constants: dict[str, np.ndarray]  # every weight a step reads, packed ones included
@@ -55,23 +55,17 @@ def model_kernels(
     block that only rearranges a step's weights run once here (`prepack`). `constants` are
     the weights as `codegen.model.prepare_constants` returns them; the result's replace them."""
     constants = dict(constants)
-    variants: dict[tuple[int, frozenset[str]], int] = {}
     splits: list[tuple[Program | None, Program]] = []
-    tasks: list[int] = []
+    for t in plan.tasks:
+        program = programs.get(t.task.key, t.task.program)
+        splits.append(t.task.hoist(program) if prepack else (None, program))
     prologues: dict[int, Kernel] = {}
     packed: dict[tuple[int, tuple[str, ...]], dict[str, Arg]] = {}
     steps: list[Step] = []
     for step in plan.steps:
-        task = plan.tasks[step.task].task
-        program = programs.get(task.key, task.program)
-        args = {b.name: a for b, a in zip(program.inputs, step.inputs)}
-        const = frozenset(task.layout_free if prepack else ())
-        vkey = (step.task, const)
-        if vkey not in variants:
-            variants[vkey] = len(splits)
-            splits.append(hoist_constant_blocks(program, const) if const else (None, program))
-            tasks.append(step.task)
-        v = variants[vkey]
+        v = step.task
+        names = (b.name for b in plan.tasks[v].task.program.inputs)
+        args = dict(zip(names, step.inputs))
         prologue, main = splits[v]
         if prologue is not None:
             weights = tuple(plan.base(args[b.name].value) for b in prologue.inputs)
@@ -89,7 +83,11 @@ def model_kernels(
     read |= {plan.base(v) for v in plan.outputs}
     kept = {k: a for k, a in constants.items() if k in read}
     return ModelKernels(
-        tuple(main for _, main in splits), tuple(tasks), tuple(steps), kept, len(packed)
+        tuple(main for _, main in splits),
+        tuple(range(len(splits))),
+        tuple(steps),
+        kept,
+        len(packed),
     )
 
 

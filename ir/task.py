@@ -23,6 +23,7 @@ from ir.definition import from_definition, to_definition
 from ir.errors import BufferTooLargeError, WorkloadError
 from ir.evaluate import evaluate
 from ir.library.spec import OpDef
+from ir.prepack import hoist_constant_blocks
 from ir.program import Program, annotations
 from ir.serialize import structural_hash
 
@@ -59,6 +60,15 @@ class Task:
         only rearrange them may run once (`ir.prepack`), not per call. () standalone."""
         names = self.program.attr(LAYOUT_FREE_ATTR)
         return tuple(names.split(",")) if names else ()
+
+    def hoist(self, program: Program) -> tuple[Program | None, Program]:
+        """(prologue, main) of a scheduled program of this task as a model runs it: the
+        blocks that only rearrange `layout_free` inputs run once at load (`ir.prepack`),
+        main per call — what measurement times and what a cost model should see.
+        (None, program) standalone or when nothing is hoisted."""
+        if not self.layout_free:
+            return None, program
+        return hoist_constant_blocks(program, frozenset(self.layout_free))
 
     @property
     def flops(self) -> int | None:

@@ -26,7 +26,7 @@ from tuner.database import TuningRecord
 from tuner.trace.errors import TraceError
 from tuner.trace.trace import Trace
 from workers.machine import limit_numpy_threads
-from workers.prepacked import main_arguments, run_prologue, split_candidate
+from workers.prepacked import main_arguments, run_prologue
 from workers.timing import MeasureConfig, time_interleaved
 from workers.verify import empty_outputs, verify
 
@@ -78,7 +78,7 @@ def select_fastest(
     for record in records:
         try:
             program = Trace.from_json(record.trace).apply(task.program).program
-            prologue, main = split_candidate(task, program)  # as a model runs it
+            prologue, main = task.hoist(program)  # as a model runs it
             kernel = compile_program(main, target)
             packer = compile_program(prologue, target) if prologue is not None else None
         except (

@@ -38,7 +38,7 @@ from ir.task import Task
 from tuner.runner import MeasureResult
 from tuner.trace.trace import Trace
 from workers.machine import limit_numpy_threads
-from workers.prepacked import main_arguments, run_prologue, split_candidate
+from workers.prepacked import main_arguments, run_prologue
 from workers.timing import MeasureConfig, Timing, time_interleaved
 from workers.verify import empty_outputs, verify
 
@@ -178,7 +178,7 @@ class Measurer:
         fault = injected_fault(program)
         t1 = time.perf_counter()
         try:
-            prologue, main = split_candidate(task, program)
+            prologue, main = task.hoist(program)
             # compile_program's steps, one by one so each is timed
             lowered = lower(main)
             t2 = time.perf_counter()

@@ -6,7 +6,8 @@ A model task's `layout_free` inputs are weights, given once at load; there
 whole program would charge every call with that copy — 9.4 MB per call for one of
 ResNet-18's 512×512×3×3 convolutions — and rank packing schedules below what they are
 worth exactly where they pay. So, like MetaSchedule's layout rewrite of
-`layout_free_buffers`, a candidate of such a task is split the same way: the prologue
+`layout_free_buffers`, a candidate of such a task is split the same way (`Task.hoist`,
+in `workers/measure.py` and `workers/finalists.py`): the prologue
 runs once on the generated weights, the main program is verified on its result
 (main(prologue(W), X) against the reference, so a wrong prologue is caught) and timed.
 A task without constants, or a candidate with nothing to hoist, is the program itself.
@@ -21,19 +22,10 @@ import numpy as np
 from codegen.kernel import Kernel
 from ir import dtype as dt
 from ir.arrays import aligned_empty
-from ir.prepack import hoist_constant_blocks
 from ir.program import Program
 from ir.task import Task
 
-__all__ = ["main_arguments", "run_prologue", "split_candidate"]
-
-
-def split_candidate(task: Task, program: Program) -> tuple[Program | None, Program]:
-    """(prologue, main) of a scheduled program of `task`: (None, program) when the task has
-    no constant inputs or no block only rearranges them."""
-    if not task.layout_free:
-        return None, program
-    return hoist_constant_blocks(program, frozenset(task.layout_free))
+__all__ = ["main_arguments", "run_prologue"]
 
 
 def run_prologue(

@@ -14,6 +14,7 @@ import pytest
 from frontend.onnx import load_onnx
 from frontend.stripped import strip_graph
 from ir.graph.plan import build_plan
+from ir.task import task_from_spec
 from service.client import Client
 from service.coordinator import jobs
 from tests import models
@@ -86,6 +87,9 @@ def test_progress_best_and_share_per_task(sqlite_api: Api, mlp_graph: Any) -> No
     got = {c["candidate_id"]: c for c in leased.json()["candidates"]}
     assert sorted(got) == sorted(ids)
     assert {got[i]["workload_key"] for i in ids} == {t["key"] for t in tasks}
+    # a worker rebuilds each task from its spec, the weights it keys included (layout_free)
+    assert all(task_from_spec(c["workload"]).key == c["workload_key"] for c in got.values())
+    assert any(c["workload"].get("layout_free") for c in got.values())
     times = [1.0 + i for i in range(len(ids))]
     posted = api.call(
         "POST",
