@@ -39,6 +39,8 @@ def headline(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                 "goal": f"≥ {r['goal']:g}× ({r['goal_condition']})" if r.get("goal") else None,
                 "met": r.get("met"),
                 "correct": r["correct"],
+                # other processes' share of the CPUs while the final comparison ran
+                "others": sum(r["others_load"].values()) if r.get("others_load") else None,
             }
         )
     rows += [{"workload": n["workload"], "note": n["note"]} for n in lowp.get("not_measured", [])]
