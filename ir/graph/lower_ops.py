@@ -358,6 +358,54 @@ def node_out_hw(
     return oh, ow
 
 
+def _padded(
+    b: GroupBuilder, x: Lazy, node: Node, kernel: tuple[int, int], dil: tuple[int, int]
+) -> Lazy | None:
+    """`x` zero-padded to exactly the rows and columns the windows read, as a compute of
+    its own (None when every tap is inside `x`).
+
+    A dense convolution reads each input element once per output-channel tile; with the
+    padding's bounds check inside the reduction, every one of those reads is a guarded
+    load (a branch per row of the register tile, no broadcast folded into the FMA). As a
+    block of its own, padding is placed by the design space like the library conv's
+    `pad`: a copy up front or under a tile loop (tuner/space/rules/
+    random_compute_location.py). Grouped convolutions keep the guard in the reduction."""
+    (sh, sw), (pt, pl, _, _) = node.attr("strides", (1, 1)), node.attr("pads", (0, 0, 0, 0))
+    n, h, w, c = x.shape
+    out_h, out_w = node_out_hw(node, x.shape, kernel, dil)
+    ph = (out_h - 1) * sh + (kernel[0] - 1) * dil[0] + 1
+    pw = (out_w - 1) * sw + (kernel[1] - 1) * dil[1] + 1
+    if pt == pl == 0 and ph <= h and pw <= w:
+        return None
+
+    def at(idx: Index) -> Expr:
+        y, z = idx[1], idx[2]
+        checks = []
+        if pt > 0:
+            checks.append(y >= pt)
+        if ph - pt > h:
+            checks.append(y < h + pt)
+        if pl > 0:
+            checks.append(z >= pl)
+        if pw - pl > w:
+            checks.append(z < w + pl)
+        v = b.load(x, (idx[0], y - pt if pt else y, z - pl if pl else z, idx[3]))
+        return select(logical_and(*checks), v, _lit(0.0, x.dtype)) if checks else v
+
+    return b.materialize(Lazy((n, ph, pw, c), x.dtype, at))
+
+
+def _taps(
+    b: GroupBuilder, node: Node, idx: Index, kernel: tuple[int, int], dil: tuple[int, int]
+) -> tuple[Expr, Expr, list]:
+    """Row and column of a window tap in the padded input (`_padded`), and the axes."""
+    sh, sw = node.attr("strides", (1, 1))
+    rh, rw = b.reduce_axis(kernel[0]), b.reduce_axis(kernel[1])
+    ih = idx[1] * sh + rh.var * dil[0] if (sh, dil[0]) != (1, 1) else idx[1] + rh.var
+    iw = idx[2] * sw + rw.var * dil[1] if (sw, dil[1]) != (1, 1) else idx[2] + rw.var
+    return ih, iw, [rh, rw]
+
+
 @_register("conv2d")
 def _lower_conv(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     _nhwc(node)
@@ -367,8 +415,14 @@ def _lower_conv(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     cog = co // node.attr("groups", 1)
     dil = node.attr("dilations", (1, 1))
 
+    padded = _padded(b, x, node, (kh, kw), dil) if cig == x.shape[3] else None
+
     def at(idx: Index) -> Expr:
-        ih, iw, inside, axes = _window(b, x, node, idx, (kh, kw), dil)
+        if padded is not None:
+            ih, iw, axes = _taps(b, node, idx, (kh, kw), dil)
+            inside = None
+        else:
+            ih, iw, inside, axes = _window(b, x, node, idx, (kh, kw), dil)
         rc = b.reduce_axis(cig)
         o = idx[3]
         if cig == x.shape[3]:
@@ -377,7 +431,7 @@ def _lower_conv(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
             ch = o
         else:
             ch = (o // cog) * cig + rc.var if cig > 1 else o // cog
-        v = b.load(x, (idx[0], ih, iw, ch))
+        v = b.load(padded or x, (idx[0], ih, iw, ch))
         if inside is not None:
             v = select(inside, v, _lit(0.0, x.dtype))
         return Reduce("sum", v * b.load(w, (axes[0].var, axes[1].var, rc.var, o)), (*axes, rc))

@@ -45,6 +45,21 @@ CASES = {
         [make_node("conv2d", ["x", "W"], ["y"], layout="NHWC", strides=(2, 2), pads=(1, 1, 1, 1))],
         {"W": w(3, 3, 3, 5)},
     ),
+    "padded_strided_dilated_conv_relu": (  # the padding a block of its own (lower_ops._padded)
+        [("x", T(1, 3, 9, 8))],
+        [
+            make_node(
+                "conv2d",
+                ["x", "W", "B"],
+                ["c"],
+                strides=(2, 1),
+                dilations=(1, 2),
+                pads=(2, 0, 1, 3),
+            ),
+            make_node("relu", ["c"], ["y"]),
+        ],
+        {"W": w(5, 3, 3, 3), "B": w(5)},
+    ),
     "avg_pool_pads_counted_and_not": (
         [("x", T(1, 3, 6, 6))],
         [

@@ -1,15 +1,23 @@
 """Random compute location: where an element-wise producer (a padding) is computed.
 
 A sampled location among the loops of its consumers that may hold it, the root
-(stay a separate nest) or inline (recomputed inside each read). Only legal
-locations are drawn (each is tried on a scratch schedule first), uniformly; the
-decision is recorded by `sample_compute_location`, which the compute-location
-mutator changes later. A block another rule already placed that way (the
-reduction-chain rule may leave softmax's exp at the root) is not drawn again.
+(stay a separate nest) or inline (recomputed inside each read) — except that a
+select (a padding) is never inlined into a reduction that broadcasts it over an
+axis (a dense conv's input over the output channels): its bounds check would run on
+every load of the hot loop, where LLVM turns the guarded
+load times weight into a branch, a multiply and an add per accumulator instead of
+one FMA with a folded broadcast. Only legal locations are drawn (each is tried on
+a scratch schedule first), uniformly; the decision is recorded by
+`sample_compute_location`, which the compute-location mutator changes later. A
+block another rule already placed that way (the reduction-chain rule may leave
+softmax's exp at the root) is not drawn again.
 """
 
 from __future__ import annotations
 
+from ir.expr import Select, Var
+from ir.node import walk
+from ir.program import BlockRealize, BufferStore, Program
 from ir.schedule.state import find_block
 from tuner.space.analysis import (
     consumers,
@@ -47,7 +55,8 @@ class RandomComputeLocation(ScheduleRule):
         if sch.rng is None:
             raise TraceError(f'random-compute-location of block "{name}" needs an rng')
         candidates = sch.compute_location_candidates(name)
-        options = [ROOT, INLINE, *range(len(candidates))]
+        inline = [] if _guards_a_hot_loop(program, name) else [INLINE]
+        options = [ROOT, *inline, *range(len(candidates))]
         sch.rng.shuffle(options)
         for choice in options:
             if choice == ROOT:
@@ -73,3 +82,31 @@ def _placed(sch: TracedSchedule, name: str) -> bool:
         i.kind == "sample_compute_location" and getattr(i.inputs[0], "name", None) in handles
         for i in sch.instructions
     )
+
+
+def _guards_a_hot_loop(program: Program, name: str) -> bool:
+    """Whether `name` computes a select (a padding) that a reduction reads for several
+    outputs along an axis it does not depend on (a dense conv's input, broadcast over the
+    output channels): inlined, the select would guard every load of that reduction's hot
+    loop. A depthwise conv reads each element for one channel: left as it was."""
+    r = find_block(program, name)
+    store = r.block.body
+    if not isinstance(store, BufferStore) or not any(
+        isinstance(n, Select) for n in walk(store.value)
+    ):
+        return False
+    buffer = written_buffer(r)
+    return any(c.block.init is not None and _broadcast(c, buffer) for c in consumers(program, name))
+
+
+def _broadcast(r: BlockRealize, buffer: str | None) -> bool:
+    """Some spatial axis (of extent > 1) of block `r` indexes none of its reads of `buffer`."""
+    spatial = {
+        iv.var for iv in r.block.iter_vars if iv.kind == "spatial" and int(iv.extent.value) > 1
+    }
+    for rd in r.block.reads:
+        if rd.buffer.name == buffer:
+            used = {n for rng in rd.region for n in walk(rng.min) if isinstance(n, Var)}
+            if spatial - used:
+                return True
+    return False
