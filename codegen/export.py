@@ -337,6 +337,12 @@ def c_header(program: Program, symbol: str, *, target: Target | None = None) -> 
         "Returns 0 on success, -1 if a scratch allocation failed.",
         "Needs only libc, libm and libpthread.",
     ]
+    if target is not None and target.num_threads > 1:
+        doc += [
+            f"Parallel loops run on up to {target.num_threads} threads: the caller and the",
+            "library's worker threads, started at the first call and kept. A loop",
+            "that finds them busy with another call's runs on its caller alone.",
+        ]
 
     params = []
     for i, (buf, name) in enumerate(zip(program.params, names)):

@@ -6,8 +6,9 @@ runs ``fn(tasks + t * stride)`` for t = 0 … n−1 and returns when all have: t
 calling thread, task t ≥ 1 on pool worker t. Creating and joining threads on every call
 cost tens of microseconds, most of a 2-thread speed-up on a model's small kernels; the
 pool's workers are started once (at the first parallel call that needs them), kept, and
-between regions spin for ``SPIN_NS`` (a model's next kernel is usually that close), then
-sleep on a futex. The waiting caller does the same. Everything is LLVM IR calling libc
+between regions spin for ``SPIN_NS`` (a model's next kernel is usually that close; the
+spin yields the CPU now and then, see CHECK_EVERY), then sleep on a futex. The caller
+waits for its workers the same way. Everything is LLVM IR calling libc
 (no compiler, no C extension), so kernels still need only libc, libm and libpthread.
 
 - Where the pool lives: one per JIT process (``codegen.jit`` compiles this module once and
@@ -65,12 +66,10 @@ IMPORTS = frozenset(
 SPIN_NS = 100_000
 """How long an idle worker (or a caller waiting for its workers) spins before sleeping."""
 
-PREEMPTED_NS = 30_000
-"""A spinner whose clock checks (every 32 pauses, a few microseconds) are this far apart was
-descheduled: the CPUs are oversubscribed, so it stops spinning and sleeps."""
-
 CHECK_EVERY = 8
-"""Pauses between a spinner's yields and clock checks (a power of two)."""
+"""Pauses between a spinner's ``sched_yield`` and clock checks (a power of two). On a busy
+machine the caller and its worker often share a CPU: a spinner that never yielded would
+hold it for SPIN_NS while the thread it waits for cannot run (a call took 2 × SPIN_NS)."""
 
 MAX_WORKERS = 255
 """Workers per pool; a region's tasks beyond MAX_WORKERS + 1 run on the calling thread."""
@@ -342,17 +341,15 @@ next:
   br label %loop
 }
 
-; Waits until the i32 at %addr is not %old and returns it: spins up to SPIN_NS, then sleeps
-; on the futex with *%sleeping = 1, so that the writer knows to wake this thread. A spinner
-; that finds it was descheduled (a clock check late by PREEMPTED_NS) sleeps at once: the
-; CPUs are oversubscribed, and spinning would only take time from the threads it waits for.
+; Waits until the i32 at %addr is not %old and returns it: spins up to SPIN_NS (yielding
+; the CPU every CHECK_EVERY pauses), then sleeps on the futex with *%sleeping = 1, so that
+; the writer knows to wake this thread.
 define internal i32 @loomtune_pool.wait(ptr %addr, i32 %old, ptr %sleeping) @COMDAT@ {
 entry:
   %t0 = call i64 @loomtune_pool.now()
   br label %spin
 spin:
   %i = phi i32 [ 0, %entry ], [ %i1, %pause ], [ %i1, %clock ]
-  %last = phi i64 [ %t0, %entry ], [ %last, %pause ], [ %t, %clock ]
   %v = load atomic i32, ptr %addr acquire, align 4
   %changed = icmp ne i32 %v, %old
   br i1 %changed, label %done, label %pause
@@ -366,10 +363,7 @@ clock:
   %yielded = call i32 @sched_yield()
   %t = call i64 @loomtune_pool.now()
   %dt = sub i64 %t, %t0
-  %gap = sub i64 %t, %last
-  %in_time = icmp slt i64 %dt, @SPIN_NS@
-  %on_cpu = icmp slt i64 %gap, @PREEMPTED_NS@
-  %more = and i1 %in_time, %on_cpu
+  %more = icmp slt i64 %dt, @SPIN_NS@
   br i1 %more, label %spin, label %sleep
 sleep:
   store atomic i32 1, ptr %sleeping seq_cst, align 4
@@ -429,7 +423,6 @@ def runtime_ir(*, export: bool, triple: str | None = None) -> str:
         "ENTRY": ENTRY,
         "MAX_WORKERS": MAX_WORKERS,
         "SPIN_NS": SPIN_NS,
-        "PREEMPTED_NS": PREEMPTED_NS,
         "CHECK_MASK": CHECK_EVERY - 1,
         "STATE_BYTES": _STATE_BYTES,
         "FN": _FN,
