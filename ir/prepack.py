@@ -45,7 +45,19 @@ from ir.program import (
 )
 from ir.schedule.state import all_blocks, fresh_names, remove_stmt
 
-__all__ = ["PrepackError", "hoist_constant_blocks", "hoistable_reason"]
+__all__ = [
+    "LAYOUT_FREE_ATTR",
+    "PrepackError",
+    "hoist_constant_blocks",
+    "hoistable_reason",
+    "layout_free",
+    "per_call",
+]
+
+LAYOUT_FREE_ATTR = "layout_free"
+"""A program attr naming its inputs that are constants of a model (comma-joined, sorted),
+as TVM's `layout_free_buffers`: set on a model task's naive program (so part of its key,
+`ir.task.with_layout_free`), kept by every schedule of it."""
 
 
 class PrepackError(LoomtuneError):
@@ -96,6 +108,20 @@ def hoist_constant_blocks(
         attrs=(("prologue_of", program.name),),
     )
     return prologue, main
+
+
+def layout_free(program: Program) -> tuple[str, ...]:
+    """The inputs `program` declares constant (`LAYOUT_FREE_ATTR`); () for most programs."""
+    names = program.attr(LAYOUT_FREE_ATTR)
+    return tuple(str(names).split(",")) if names else ()
+
+
+def per_call(program: Program) -> Program:
+    """What a model runs per call of a scheduled program: its main part over its own
+    layout-free inputs (the program itself when it has none or nothing is hoisted) —
+    what measurement times, so what a cost model's features should describe."""
+    free = layout_free(program)
+    return hoist_constant_blocks(program, frozenset(free))[1] if free else program
 
 
 def hoistable_reason(

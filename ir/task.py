@@ -23,15 +23,11 @@ from ir.definition import from_definition, to_definition
 from ir.errors import BufferTooLargeError, WorkloadError
 from ir.evaluate import evaluate
 from ir.library.spec import OpDef
-from ir.prepack import hoist_constant_blocks
+from ir.prepack import LAYOUT_FREE_ATTR, hoist_constant_blocks, layout_free
 from ir.program import Program, annotations
 from ir.serialize import structural_hash
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
-
-LAYOUT_FREE_ATTR = "layout_free"
-"""The naive program's attr naming its inputs that are constants of a model (comma-joined,
-sorted): part of the program, so of the workload key."""
 
 
 @dataclass(frozen=True)
@@ -58,8 +54,7 @@ class Task:
     def layout_free(self) -> tuple[str, ...]:
         """Inputs that are constants of a model (weights), given once at load: blocks that
         only rearrange them may run once (`ir.prepack`), not per call. () standalone."""
-        names = self.program.attr(LAYOUT_FREE_ATTR)
-        return tuple(names.split(",")) if names else ()
+        return layout_free(self.program)
 
     def hoist(self, program: Program) -> tuple[Program | None, Program]:
         """(prologue, main) of a scheduled program of this task as a model runs it: the

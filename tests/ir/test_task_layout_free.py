@@ -10,6 +10,9 @@ from frontend.onnx import load_onnx
 from frontend.stripped import load_stripped, strip_graph
 from ir.errors import WorkloadError
 from ir.graph.plan import build_plan
+from ir.prepack import layout_free, per_call
+from ir.schedule import Schedule
+from ir.schedule.state import all_blocks
 from ir.serialize import structural_hash
 from ir.task import library_task, task_from_spec, with_layout_free
 from tests.models import conv_net, encoder_layer
@@ -66,3 +69,20 @@ def test_the_stripped_graph_cuts_the_same_tasks(model) -> None:
     if model is conv_net:
         convs = [t.task for t in ours.tasks if "conv2d" in t.pattern]
         assert convs and all(t.layout_free == ("in1", "in2") for t in convs)
+
+
+def test_a_schedule_keeps_its_constants_and_per_call_drops_their_packing() -> None:
+    task = library_task("matmul", {"m": 6, "n": 64, "k": 9})
+    model = with_layout_free(task, ["B"])
+    sch = Schedule(model.program)
+    sch.pack_panels("C", "B", 16)
+    scheduled = sch.program
+    assert layout_free(scheduled) == ("B",)  # schedules keep the naive program's attrs
+    main = per_call(scheduled)
+    assert [b.name for b in main.inputs] == ["A", "B_packed"]
+    assert [r.block.name for r in all_blocks(main)] == ["C"]
+    assert model.hoist(scheduled)[1] == main
+    standalone = Schedule(task.program)
+    standalone.pack_panels("C", "B", 16)
+    assert per_call(standalone.program) is standalone.program  # packed per call, timed so
+    assert task.hoist(standalone.program) == (None, standalone.program)
