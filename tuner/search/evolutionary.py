@@ -305,6 +305,11 @@ class EvolutionaryStrategy:
         extent, which the source chose for its own thread count or not at all, is
         tried at each value: a 1-thread best often has only a few outer tiles, and
         which fused extent splits them evenly over this count is what varies.
+
+        Where no extent gives a parallel loop, the blocks placed by a compute location
+        (a conv's padding, a packed weight) are tried at the root: placed under an outer
+        tile loop they do not depend on, they are redone for each of its iterations,
+        so no outer loop can be parallel.
         """
         space = self.context.space
         rules = space.rule_part(fitted)
@@ -315,9 +320,24 @@ class EvolutionaryStrategy:
             for i, j in zip(old, new):
                 if i in source.decisions:
                     rules = rules.with_decision(j, source.decisions[i])
+        ranked = self._parallel_extents(rules)
+        if not ranked:
+            raise SpaceRejected("no parallel extent of the re-derived trace lowers")
+        if ranked[0][0] < 0:
+            return [t for b, _, t in ranked if b < 0]
+        for moved in self._at_root(rules):
+            found = [t for b, _, t in self._parallel_extents(moved) if b < 0]
+            if found:
+                return found
+        return [ranked[0][2]]
+
+    def _parallel_extents(self, rules: Trace) -> list[tuple[float, int, Trace]]:
+        """`rules` completed with each value of its parallel annotations (all nests alike),
+        one per distinct program: (-balance, value, trace), the best balanced first."""
+        space = self.context.space
         parallel = annotated_categoricals(rules, PARALLEL)
         if not parallel:
-            return [space.complete(rules)]
+            return [(0.0, 0, space.complete(rules))]
         threads = self._threads()
         scored: dict[str, tuple[float, int, Trace]] = {}
         for value in range(len(rules.instructions[parallel[0]].attr("candidates"))):
@@ -331,14 +351,33 @@ class EvolutionaryStrategy:
             program = space.scheduled_program(trace)
             if program is None:
                 program = trace.apply(self.context.task.program).program
-            balance = parallel_balance(program, threads)
             key = structural_hash(program)
             if key not in scored:
-                scored[key] = (-balance, value, trace)
-        ranked = sorted(scored.values(), key=lambda s: s[:2])
-        if not ranked:
-            raise SpaceRejected("no parallel extent of the re-derived trace lowers")
-        return [t for b, _, t in ranked if b < 0] or [ranked[0][2]]
+                scored[key] = (-parallel_balance(program, threads), value, trace)
+        return sorted(scored.values(), key=lambda s: s[:2])
+
+    def _at_root(self, rules: Trace) -> list[Trace]:
+        """`rules` with every block a compute location placed under a loop moved to the
+        root, then with each alone (re-derived where that makes a new root nest): rule parts."""
+        space = self.context.space
+        sites = [
+            i
+            for i, inst in enumerate(rules.instructions)
+            if inst.kind == "sample_compute_location" and rules.decisions.get(i, -1) >= 0
+        ]
+        tries = [sites] + ([[i] for i in sites] if len(sites) > 1 else [])
+        out = []
+        for moved in tries if sites else []:
+            changed = rules
+            for i in moved:
+                changed = changed.with_decision(i, -1)
+            try:
+                part = space.rule_part(space.complete(changed, rederive_rng=self.rng))
+            except (*REJECTED, RecursionError):
+                continue
+            if part is not None:
+                out.append(part)
+        return out
 
     def _threads(self) -> int:
         try:
