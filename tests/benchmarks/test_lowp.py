@@ -80,6 +80,20 @@ def test_a_wrong_kernel_is_not_timed(tmp_path: Path) -> None:
     assert out["latency_ms"] is None and out["torch_paths"] == []
 
 
+def test_without_pytorch_the_pytorch_columns_say_dash(tmp_path: Path) -> None:
+    """The untuned loop nest of dense_int8: exact, timed beside numpy float32 alone."""
+    task = library_task("dense_int8", {"m": 4, "k": 16, "n": 16})
+    out = compare(_context(tmp_path, with_torch=False), task, compile_program(task.program))
+    assert out["correct"] is True and out["torch_paths"] == []
+    assert set(out["times_ms"]) == {"loomtune", NUMPY_FLOAT32}
+    result = {"rows": [{"case": "dense_int8 4×16→16", **out}], "lowp": {"not_measured": []}}
+    (caption, (headers, cells)), *others = lowp_report.tables(result)
+    assert caption is None and others == []  # no table of PyTorch paths
+    row = dict(zip(headers, cells[0]))
+    assert row["PyTorch's fastest"] == row["PyTorch ms"] == row["× PyTorch"] == "–"
+    assert row["correct"] == "yes" and row["× numpy float32"] != "–"
+
+
 def test_bf16_and_dense_int8_paths_of_pytorch_match_their_references() -> None:
     pytest.importorskip("torch")
     from benchmarks.tune.torch_ref import lowp_paths
