@@ -19,6 +19,9 @@ While there are fewer than `early_samples` results of the workload (and no
 other shape's best to start from) there is no evolution: smaller batches of
 the model's top picks among many fresh samples (`_propose_early`).
 
+A workload's records at other thread counts of the same CPU seed it too, their
+parallel extents re-chosen for this count (`_rethreaded`).
+
 Results train the model (`observe`), which is saved to the database for the
 target. The model is warm-started from the target's stored records of this
 and other workloads; under the task scheduler the tasks' searches share one
@@ -320,6 +323,8 @@ class EvolutionaryStrategy:
             for i, j in zip(old, new):
                 if i in source.decisions:
                     rules = rules.with_decision(j, source.decisions[i])
+        if not annotated_categoricals(rules, PARALLEL):  # one thread: nothing to choose
+            return [space.complete(rules)]
         ranked = self._parallel_extents(rules)
         if not ranked:
             raise SpaceRejected("no parallel extent of the re-derived trace lowers")
