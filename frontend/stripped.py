@@ -15,7 +15,9 @@ No floating-point tensor of more than one element is ever sent. `load_stripped` 
 the other side (the coordinator): it checks the document and rebuilds a `Graph`
 whose stripped weights are zeros that cost no memory (a lazily zeroed mapping that
 is never written), so `ir.graph.plan.build_plan` cuts it into the same tasks as the
-real model; every problem is a `StrippedGraphError` naming the JSON path.
+real model — with the same keys, which name the inputs bound to constants
+(`Task.layout_free`): a stripped weight is still a constant; every problem is a
+`StrippedGraphError` naming the JSON path.
 """
 
 from __future__ import annotations

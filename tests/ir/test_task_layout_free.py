@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from frontend.onnx import load_onnx
-from frontend.stripped import load_stripped, strip_graph
 from ir.errors import WorkloadError
 from ir.graph.plan import build_plan
 from ir.prepack import layout_free, per_call
@@ -15,7 +14,7 @@ from ir.schedule import Schedule
 from ir.schedule.state import all_blocks
 from ir.serialize import structural_hash
 from ir.task import library_task, task_from_spec, with_layout_free
-from tests.models import conv_net, encoder_layer
+from tests.models import encoder_layer
 
 DENSE = {"m": 8, "n": 48, "k": 20, "bias": 1, "relu": 0}
 
@@ -55,20 +54,6 @@ def test_a_model_task_keys_its_weights() -> None:
     assert with_layout_free(standalone, ["W", "bias"]).key == dense[0].key
     # attention's matmuls read two activations: nothing is constant
     assert any(t.task.is_custom and t.task.layout_free == () for t in plan.tasks)
-
-
-@pytest.mark.parametrize("model", [conv_net, encoder_layer])
-def test_the_stripped_graph_cuts_the_same_tasks(model) -> None:
-    graph = load_onnx(model())
-    stripped = load_stripped(strip_graph(graph), max_bytes=1 << 30)
-    ours, theirs = build_plan(graph), build_plan(stripped)
-    assert [t.task.key for t in ours.tasks] == [t.task.key for t in theirs.tasks]
-    assert [t.task.layout_free for t in ours.tasks] == [t.task.layout_free for t in theirs.tasks]
-    assert any(t.task.layout_free for t in ours.tasks)
-    # a conv's weight (in1) is a load-time result (OIHW -> HWIO, BN folded): constant too
-    if model is conv_net:
-        convs = [t.task for t in ours.tasks if "conv2d" in t.pattern]
-        assert convs and all(t.layout_free == ("in1", "in2") for t in convs)
 
 
 def test_a_schedule_keeps_its_constants_and_per_call_drops_their_packing() -> None:
