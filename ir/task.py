@@ -135,6 +135,15 @@ def with_layout_free(task: Task, names: Iterable[str]) -> Task:
     return replace(task, program=replace(task.program, attrs=annotations(attrs)))
 
 
+def schedule_keys(task: Task) -> tuple[str, ...]:
+    """Workload keys whose stored schedules replay onto `task`, best evidence first: its
+    own; for a model task then the same computation measured whole, packing included (a
+    standalone workload's records, and a model's from before its keys named constants)."""
+    if not task.layout_free:
+        return (task.key,)
+    return task.key, with_layout_free(task, ()).key
+
+
 def library_task(op: str, given: Mapping[str, str | int] | None = None) -> Task:
     opdef, params, workload = library.instantiate(op, dict(given or {}))
     program = build_program(workload, {"op": op, **{f"param.{k}": v for k, v in params.items()}})

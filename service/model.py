@@ -6,7 +6,8 @@
 
 A task uses the best stored record for the target — from the local database, or a
 coordinator's when one is named (what `loomtune best --coordinator` asks) — replayed
-onto its naive program; a task with no record (or a record that no longer replays)
+onto its naive program (its own key's, else the same computation's measured whole:
+`ir.task.schedule_keys`); a task with no record (or a record that no longer replays)
 runs its default loop nest. Also the shared pieces of `model inspect` and
 `run --model`: seeded inputs, the correctness rule, ONNX Runtime when installed.
 """
@@ -28,6 +29,7 @@ from ir.graph.graph import Graph
 from ir.graph.plan import ModelPlan
 from ir.program import Program
 from ir.target import Target
+from ir.task import schedule_keys
 from tuner.database import Database
 
 TOLERANCE_REL = 1e-3
@@ -94,9 +96,11 @@ def _local_traces(
         database = open_database(database_url)
     out = {}
     for t in plan.tasks:
-        record = database.best(t.task.key, target)
-        if record is not None:
-            out[t.task.key] = record.trace
+        for key in schedule_keys(t.task):
+            record = database.best(key, target)
+            if record is not None:
+                out[t.task.key] = record.trace
+                break
     return out
 
 
@@ -108,11 +112,13 @@ def _remote_traces(
     out = {}
     with Client(coordinator, token) as client:
         for t in plan.tasks:
-            try:
-                out[t.task.key] = client.best(workload_key=t.task.key, target=target)["trace"]
-            except CoordinatorError as e:
-                if e.status != 404:
-                    raise
+            for key in schedule_keys(t.task):
+                try:
+                    out[t.task.key] = client.best(workload_key=key, target=target)["trace"]
+                    break
+                except CoordinatorError as e:
+                    if e.status != 404:
+                        raise
     return out
 
 

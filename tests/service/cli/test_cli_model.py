@@ -3,6 +3,7 @@ fields, correctness against ONNX Runtime, one-line errors, and a stored schedule
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
@@ -10,12 +11,17 @@ import onnx
 import pytest
 
 import loomtune
+from codegen.host import host_target
 from frontend.onnx import load_onnx
 from ir.errors import GraphInputError
 from ir.graph.plan import build_plan
+from ir.task import schedule_keys, with_layout_free
 from service.cli.main import main
+from service.db.store import open_database
 from tests.models import conv_net
 from tests.service.cli.modelkit import RUN_FIELDS, run_json
+from tuner.database import TuningRecord
+from tuner.space import default_space
 
 INSPECT_FIELDS = {"model", "model_key", "inputs", "outputs", "tasks"}
 TASK_FIELDS = {"key", "op", "pattern", "shapes", "count", "flops_share", "tuned"}
@@ -78,3 +84,31 @@ def test_a_stored_schedule_is_used(db, capsys, mlp_file: Path) -> None:
     assert tuned[softmax.task.key] is True and sum(tuned.values()) == 1
     code, r = run_json(capsys, "run", "--model", str(mlp_file), "--json")
     assert code == 0 and r["correct"] is True and r["tuned_tasks"] == 1
+
+
+def test_a_schedule_measured_whole_serves_a_model_task_without_its_own(
+    db, capsys, mlp_file: Path
+) -> None:
+    """A model task's key names its weights (layout_free); records of the same computation
+    with the weights measured per call (standalone, or stored before) still replay."""
+    plan = build_plan(load_onnx(mlp_file))
+    dense = next(t.task for t in plan.tasks if t.task.layout_free)
+    whole = with_layout_free(dense, ())
+    assert whole.key != dense.key and schedule_keys(dense) == (dense.key, whole.key)
+    trace = default_space(whole.program, host_target(1)).sample(random.Random(0))
+    record = TuningRecord.create(
+        workload_key=whole.key,
+        op=whole.op,
+        params=whole.params,
+        definition=whole.to_definition(),
+        target=host_target(1).canonical(),
+        trace=trace.to_json(),
+        trace_hash=trace.hash,
+        run_times_ms=[1.0, 1.0],
+        status="ok",
+    )
+    assert open_database(db).commit_record(record)
+    code, r = run_json(capsys, "model", "inspect", str(mlp_file), "--json")
+    assert code == 0
+    tuned = {t["key"]: t["tuned"] for t in r["tasks"]}
+    assert tuned[dense.key] is True and sum(tuned.values()) == 1
