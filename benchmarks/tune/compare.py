@@ -141,10 +141,11 @@ def beside_neighbour(
     threads: int = 1,
 ) -> dict[str, Any]:
     """Each callable timed alone and beside a memory-bandwidth neighbour on the other core
-    (`benchmarks.tune.neighbour`), all in one interleaved call: per repeat every callable
-    beside it, then every one alone, so a slow phase of the VM lands on both states. The
-    neighbour streams only during the beside repeats (paused for the rest, the round pauses
-    included). ``slowdown_<name>`` = median beside / median alone (1.0: unaffected)."""
+    (`benchmarks.tune.neighbour`), all in one interleaved call: per repeat each callable
+    beside it, then at once alone, so a slow phase of the VM lands on both states and every
+    sample follows a switch alike (with all beside, then all alone, the first sample after
+    a pause ran up to 40% slow on a loaded VM). The neighbour streams only during the beside
+    samples. ``slowdown_<name>`` = median beside / median alone (1.0: unaffected)."""
     from benchmarks.tune.neighbour import NeighbourError, neighbour
 
     out: dict[str, Any] = dict.fromkeys(NEIGHBOUR_FIELDS)
@@ -168,7 +169,7 @@ def beside_neighbour(
 
                 return call
 
-            calls = [beside(f) for f in fns.values()] + [alone(f) for f in fns.values()]
+            calls = [state(f) for f in fns.values() for state in (beside, alone)]
             with limit_numpy_threads(1):
                 timings = time_interleaved(
                     calls, config, rounds=FINAL_ROUNDS, round_pause_s=round_pause_s
@@ -176,14 +177,15 @@ def beside_neighbour(
     except NeighbourError as error:
         out["neighbour"] = {"message": str(error)}
         return out
-    n = len(fns)
+    on_, off_ = timings[0::2], timings[1::2]
     out["neighbour"] = {
         "message": None,
         **nb.describe(),
-        "beside": {k: _timing(t) for k, t in zip(fns, timings[:n])},
-        "alone": {k: _timing(t) for k, t in zip(fns, timings[n:])},
+        "order": "paired",
+        "beside": {k: _timing(t) for k, t in zip(fns, on_)},
+        "alone": {k: _timing(t) for k, t in zip(fns, off_)},
     }
-    for name, on, off in zip(fns, timings[:n], timings[n:]):
+    for name, on, off in zip(fns, on_, off_):
         out[f"slowdown_{name}"] = on.median_ms / off.median_ms
     return out
 

@@ -156,9 +156,10 @@ def neighbour_note(result: dict[str, Any]) -> str | None:
     )
     return (
         f"{NEIGHBOUR_HEADER}: the final kernel, numpy and PyTorch timed again in one interleaved "
-        "call, each repeat once while a child process on the other core copies one "
+        "call, each sample taken once while a child process on the other core copies one "
         f"{nb['mib']} MiB array into another ({nb['arrays'] * nb['mib']} MiB: far beyond the L3, "
-        f"so it streams from memory{rate}) and once while that child is stopped (SIGSTOP); "
+        f"so it streams from memory{rate}) and right after once while that child is stopped "
+        "(SIGSTOP); "
         "this process pinned to its own core. Slowdown = median beside / median alone; "
         "≤ numpy's: the kernel slows no more than numpy does (issue 36)."
         + (" Not timed: " + "; ".join(skipped) + "." if skipped else "")

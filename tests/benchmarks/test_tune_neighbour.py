@@ -77,7 +77,7 @@ def test_slowdowns_come_from_one_interleaved_call_alone_and_beside() -> None:
     )
     assert out["correct"]
     nb = out["neighbour"]
-    assert nb["message"] is None and nb["core"] != nb["own_core"]
+    assert nb["message"] is None and nb["core"] != nb["own_core"] and nb["order"] == "paired"
     assert set(nb["beside"]) == set(nb["alone"]) == {"loomtune", "numpy"}
     for name in ("loomtune", "numpy"):
         on, off = nb["beside"][name], nb["alone"][name]
