@@ -89,15 +89,7 @@ def run(
         "not_done": [e for e in EXTRAS if e not in extras],
     }
     if with_tvm and main:
-        from benchmarks.tune import tvm_ref
-
-        extra["tvm"] = {
-            "versions": tvm_ref.require_tvm(),
-            "target": tvm_ref.host_target(),
-            "cache_dir": shown_path(tvm_cache_dir or tvm_ref.CACHE_DIR),
-            "time_limit_s": tvm_time_limit_s or tvm_ref.DEFAULT_TIME_LIMIT_S,
-            "retune": tvm_retune,
-        }
+        extra["tvm"] = _tvm_settings(tvm_cache_dir, tvm_time_limit_s, tvm_retune)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="loomtune-tune-") as tmp:
         ctx = Context(
@@ -154,6 +146,21 @@ def run(
             log("task scheduler over the workloads")
             extra["extras"]["scheduler"] = scheduler(ctx, workloads, 4 if quick else 128, seeds)
     return rows, {"tune": extra}
+
+
+def _tvm_settings(
+    cache_dir: Path | None, time_limit_s: float | None, retune: bool
+) -> dict[str, Any]:
+    """TVM's versions and how it tunes (checked first: TVM must be importable)."""
+    from benchmarks.tune import tvm_ref
+
+    return {
+        "versions": tvm_ref.require_tvm(),
+        "target": tvm_ref.host_target(),
+        "cache_dir": shown_path(cache_dir or tvm_ref.CACHE_DIR),
+        "time_limit_s": time_limit_s or tvm_ref.DEFAULT_TIME_LIMIT_S,
+        "retune": retune,
+    }
 
 
 def _timing_settings(measure: MeasureConfig, quick: bool) -> dict[str, Any]:

@@ -55,18 +55,18 @@ class Lazy:
     tensor: te.Tensor | None = field(default=None)
 
 
-def _zero() -> Const:
+def zero_index() -> Const:
     return Const(0, dt.INDEX)
 
 
-def _idx(v: int) -> Const:
+def index_const(v: int) -> Const:
     return Const(v, dt.INDEX)
 
 
 def broadcast_index(shape: Sequence[int], out_rank: int, idx: Index) -> Index:
     """The index into a value of `shape` broadcast (numpy rules) to `out_rank` dims."""
     lead = out_rank - len(shape)
-    return tuple(_zero() if d == 1 else idx[lead + i] for i, d in enumerate(shape))
+    return tuple(zero_index() if d == 1 else idx[lead + i] for i, d in enumerate(shape))
 
 
 class GroupBuilder:
@@ -101,7 +101,7 @@ class GroupBuilder:
             self._placeholders[name] = Lazy(
                 t.shape,
                 t.dtype,
-                (lambda idx: p[(_zero(),)]) if rank0 else (lambda idx: p[idx]),
+                (lambda idx: p[(zero_index(),)]) if rank0 else (lambda idx: p[idx]),
                 tensor=p,
             )
         return self._placeholders[name]
@@ -129,7 +129,7 @@ class GroupBuilder:
             tensor = te.compute(shape, lambda *ax: lazy.at(tuple(ax)), name, axis_names=names)
         else:
             tensor = te.compute(shape, lambda _: lazy.at(()), name, axis_names=names)
-        at = (lambda idx: tensor[idx]) if lazy.shape else (lambda idx: tensor[(_zero(),)])
+        at = (lambda idx: tensor[idx]) if lazy.shape else (lambda idx: tensor[(zero_index(),)])
         return Lazy(lazy.shape, lazy.dtype, at, tensor=tensor)
 
     # -- nodes ---------------------------------------------------------------------------
@@ -149,7 +149,7 @@ Lowering = Callable[[GroupBuilder, Node, list, list], "Lazy | list[Lazy]"]
 _LOWER: dict[str, Lowering] = {}
 
 
-def _register(*names: str):
+def register_lowering(*names: str):
     def wrap(fn: Lowering) -> Lowering:
         for n in names:
             _LOWER[n] = fn
@@ -158,7 +158,7 @@ def _register(*names: str):
     return wrap
 
 
-def _lit(value: float, dtype: str) -> Const:
+def literal(value: float, dtype: str) -> Const:
     return Const(value, dtype)
 
 
@@ -166,11 +166,13 @@ def _lit(value: float, dtype: str) -> Const:
 
 
 def _gelu(x: Expr, approximate: str) -> Expr:
-    half, one = _lit(0.5, x.dtype), _lit(1.0, x.dtype)
+    half, one = literal(0.5, x.dtype), literal(1.0, x.dtype)
     if approximate == "tanh":
-        inner = _lit(math.sqrt(2.0 / math.pi), x.dtype) * (x + _lit(0.044715, x.dtype) * x * x * x)
+        inner = literal(math.sqrt(2.0 / math.pi), x.dtype) * (
+            x + literal(0.044715, x.dtype) * x * x * x
+        )
         return half * x * (one + call("tanh", inner))
-    return half * x * (one + call("erf", x * _lit(1.0 / math.sqrt(2.0), x.dtype)))
+    return half * x * (one + call("erf", x * literal(1.0 / math.sqrt(2.0), x.dtype)))
 
 
 def _clip(x: Expr, node: Node) -> Expr:
@@ -183,9 +185,9 @@ def _clip(x: Expr, node: Node) -> Expr:
         lo = max(lo, dt.min_value(x.dtype)) if math.isfinite(lo) else lo
         hi = min(hi, dt.max_value(x.dtype)) if math.isfinite(hi) else hi
     if math.isfinite(lo):
-        x = maximum(x, _lit(lo, x.dtype))
+        x = maximum(x, literal(lo, x.dtype))
     if math.isfinite(hi):
-        x = minimum(x, _lit(hi, x.dtype))
+        x = minimum(x, literal(hi, x.dtype))
     return x
 
 
@@ -194,13 +196,13 @@ def _unary(node: Node, x: Expr) -> Expr:
     if op in ("exp", "tanh", "sqrt", "erf"):
         return call(op, x)
     if op == "neg":
-        return _lit(0, t) - x
+        return literal(0, t) - x
     if op == "sigmoid":
-        return _lit(1.0, t) / (_lit(1.0, t) + call("exp", _lit(0.0, t) - x))
+        return literal(1.0, t) / (literal(1.0, t) + call("exp", literal(0.0, t) - x))
     if op == "relu":
-        return maximum(x, _lit(0, t))
+        return maximum(x, literal(0, t))
     if op == "reciprocal":
-        return _lit(1.0, t) / x
+        return literal(1.0, t) / x
     if op == "identity":
         return x
     if op == "gelu":
@@ -212,7 +214,7 @@ def _unary(node: Node, x: Expr) -> Expr:
     raise GraphError(f"node {node.label!r}: unknown element-wise op {op!r}")
 
 
-@_register(
+@register_lowering(
     "neg",
     "exp",
     "erf",
@@ -244,19 +246,19 @@ def _pow(a: Expr, exponent: Lazy, b: GroupBuilder, idx: Index) -> Expr:
                 out = out * a
             return out
         if v == -1.0:
-            return _lit(1.0, a.dtype) / a
+            return literal(1.0, a.dtype) / a
     return call("exp", e * call("log", a))
 
 
 def _int_div(a: Expr, c: Expr) -> Expr:
     """Division truncating toward zero (C, ONNX) from the DSL's floor division."""
-    zero = _lit(0, a.dtype)
+    zero = literal(0, a.dtype)
     q = a // c
     fix = logical_and(ne(a % c, zero), ne(a < zero, c < zero))
-    return select(fix, q + _lit(1, a.dtype), q)
+    return select(fix, q + literal(1, a.dtype), q)
 
 
-@_register("add", "sub", "mul", "div", "pow")
+@register_lowering("add", "sub", "mul", "div", "pow")
 def _lower_binary(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     x, y = ins
     rank = len(outs[0])
@@ -277,7 +279,7 @@ def _lower_binary(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     return Lazy(outs[0], x.dtype, at)
 
 
-@_register("where")
+@register_lowering("where")
 def _lower_where(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     c, x, y = ins
     rank = len(outs[0])
@@ -295,7 +297,7 @@ def _lower_where(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
 # --- matmul, convolution, pooling -------------------------------------------------------------
 
 
-@_register("matmul")
+@register_lowering("matmul")
 def _lower_matmul(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     x, y = ins
     sa = (1, *x.shape) if len(x.shape) == 1 else x.shape
@@ -305,9 +307,9 @@ def _lower_matmul(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     def at(idx: Index) -> Expr:
         full = list(idx)  # back to (batch..., i, j) where a 1-D operand dropped a dim
         if len(x.shape) == 1:
-            full.insert(len(full) - (0 if len(y.shape) == 1 else 1), _zero())
+            full.insert(len(full) - (0 if len(y.shape) == 1 else 1), zero_index())
         if len(y.shape) == 1:
-            full.append(_zero())
+            full.append(zero_index())
         batch, i, j = full[:-2], full[-2], full[-1]
         r = b.reduce_axis(k)
         ia = (*broadcast_index(sa[:-2], len(batch), tuple(batch)), i, r.var)
@@ -337,10 +339,10 @@ def _reduced(
 
 
 def _keep(idx: Index, axes: Sequence[int]) -> Index:
-    return tuple(_zero() if d in axes else i for d, i in enumerate(idx))
+    return tuple(zero_index() if d in axes else i for d, i in enumerate(idx))
 
 
-@_register("reduce_sum", "reduce_max", "reduce_mean")
+@register_lowering("reduce_sum", "reduce_max", "reduce_mean")
 def _lower_reduce(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     x = ins[0]
     axes = tuple(node.attr("axes"))
@@ -352,14 +354,14 @@ def _lower_reduce(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     def at(idx: Index) -> Expr:
         if not keep:  # re-insert the reduced dims
             it = iter(idx)
-            idx = tuple(_zero() if d in axes else next(it) for d in range(len(x.shape)))
+            idx = tuple(zero_index() if d in axes else next(it) for d in range(len(x.shape)))
         v = b.load(total, _keep(idx, axes))
-        return v / _lit(float(count), x.dtype) if node.op == "reduce_mean" else v
+        return v / literal(float(count), x.dtype) if node.op == "reduce_mean" else v
 
     return Lazy(outs[0], x.dtype, at)
 
 
-@_register("softmax")
+@register_lowering("softmax")
 def _lower_softmax(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     x = ins[0]
     axes = (node.attr("axis"),)
@@ -372,15 +374,15 @@ def _lower_softmax(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     return Lazy(outs[0], x.dtype, lambda idx: shifted(idx) / b.load(total, _keep(idx, axes)))
 
 
-@_register("layer_norm")
+@register_lowering("layer_norm")
 def _lower_layer_norm(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     """Two passes, like numpy's var: the mean, then the mean squared deviation from it."""
     x, scale = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     rank = len(x.shape)
     axes = tuple(range(node.attr("axis"), rank))
-    n = _lit(float(math.prod(x.shape[d] for d in axes)), x.dtype)
-    eps = _lit(float(node.attr("epsilon", 1e-5)), x.dtype)
+    n = literal(float(math.prod(x.shape[d] for d in axes)), x.dtype)
+    eps = literal(float(node.attr("epsilon", 1e-5)), x.dtype)
     total = _reduced(b, x, axes, "sum", lambda full: b.load(x, full))
 
     def centred(full: Index) -> Expr:
@@ -412,12 +414,12 @@ def _remap(x: Lazy, shape: tuple[int, ...], b: GroupBuilder, f: Callable[[Index]
     return Lazy(shape, x.dtype, lambda idx: b.load(x, f(idx)))
 
 
-@_register("transpose")
+@register_lowering("transpose")
 def _lower_transpose(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     perm = node.attr("perm")
 
     def f(idx: Index) -> Index:
-        src: list[Expr] = [_zero()] * len(perm)
+        src: list[Expr] = [zero_index()] * len(perm)
         for d, p in enumerate(perm):
             src[p] = idx[d]
         return tuple(src)
@@ -425,13 +427,13 @@ def _lower_transpose(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy
     return _remap(ins[0], outs[0], b, f)
 
 
-@_register("expand")
+@register_lowering("expand")
 def _lower_expand(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     x = ins[0]
     return _remap(x, outs[0], b, lambda idx: broadcast_index(x.shape, len(idx), idx))
 
 
-@_register("slice")
+@register_lowering("slice")
 def _lower_slice(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     spec = {
         a: (s, st) for a, s, st in zip(node.attr("axes"), node.attr("starts"), node.attr("steps"))
@@ -447,7 +449,7 @@ def _lower_slice(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     return _remap(ins[0], outs[0], b, f)
 
 
-@_register("split")
+@register_lowering("split")
 def _lower_split(b: GroupBuilder, node: Node, ins: list, outs: list) -> list[Lazy]:
     axis, x = node.attr("axis"), ins[0]
     offsets = np.cumsum((0, *node.attr("sizes")))[:-1]
@@ -461,7 +463,7 @@ def _lower_split(b: GroupBuilder, node: Node, ins: list, outs: list) -> list[Laz
     return result
 
 
-@_register("gather")
+@register_lowering("gather")
 def _lower_gather(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     """data[..., indices[j...], ...]; negative indices count from the end, and an index out
     of range is clamped (a kernel must not read outside its buffer; the interpreter refuses it)."""
@@ -472,14 +474,14 @@ def _lower_gather(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     def at(idx: Index) -> Expr:
         raw = b.load(indices, idx[axis : axis + q]) if q else b.load(indices, ())
         i = cast(dt.INDEX, raw)
-        i = select(i < _zero(), i + _idx(dim), i)
-        i = minimum(maximum(i, _zero()), _idx(dim - 1))
+        i = select(i < zero_index(), i + index_const(dim), i)
+        i = minimum(maximum(i, zero_index()), index_const(dim - 1))
         return b.load(data, (*idx[:axis], i, *idx[axis + q :]))
 
     return Lazy(outs[0], data.dtype, at)
 
 
-@_register("concat")
+@register_lowering("concat")
 def _lower_concat(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     axis = node.attr("axis")
     parts = [x for x in ins if x.shape[axis] > 0]
@@ -490,7 +492,7 @@ def _lower_concat(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
         for x, off, end in reversed(list(zip(parts, offsets[:-1], offsets[1:]))):
             src = tuple(i - int(off) if d == axis and off else i for d, i in enumerate(idx))
             v = b.load(x, src)
-            out = v if out is None else select(idx[axis] < _idx(int(end)), v, out)
+            out = v if out is None else select(idx[axis] < index_const(int(end)), v, out)
         assert out is not None
         return out
 

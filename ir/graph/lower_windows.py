@@ -14,7 +14,15 @@ from collections.abc import Sequence
 from ir.errors import GraphError
 from ir.expr import Expr, Reduce, cast, logical_and, maximum, minimum, select
 from ir.graph.graph import Node
-from ir.graph.lower_ops import GroupBuilder, Index, Lazy, _idx, _lit, _register, _zero
+from ir.graph.lower_ops import (
+    GroupBuilder,
+    Index,
+    Lazy,
+    index_const,
+    literal,
+    register_lowering,
+    zero_index,
+)
 
 
 def _nhwc(node: Node) -> None:
@@ -88,7 +96,7 @@ def _padded(
         if pw - pl > w:
             checks.append(z < w + pl)
         v = b.load(x, (idx[0], y - pt if pt else y, z - pl if pl else z, idx[3]))
-        return select(logical_and(*checks), v, _lit(0.0, x.dtype)) if checks else v
+        return select(logical_and(*checks), v, literal(0.0, x.dtype)) if checks else v
 
     return b.materialize(Lazy((n, ph, pw, c), x.dtype, at))
 
@@ -104,7 +112,7 @@ def _taps(
     return ih, iw, [rh, rw]
 
 
-@_register("conv2d")
+@register_lowering("conv2d")
 def _lower_conv(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     _nhwc(node)
     x, w = ins[0], ins[1]
@@ -131,7 +139,7 @@ def _lower_conv(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
             ch = (o // cog) * cig + rc.var if cig > 1 else o // cog
         v = b.load(padded or x, (idx[0], ih, iw, ch))
         if inside is not None:
-            v = select(inside, v, _lit(0.0, x.dtype))
+            v = select(inside, v, literal(0.0, x.dtype))
         return Reduce("sum", v * b.load(w, (axes[0].var, axes[1].var, rc.var, o)), (*axes, rc))
 
     conv = Lazy(outs[0], x.dtype, at, reduces=True)
@@ -140,7 +148,7 @@ def _lower_conv(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     return Lazy(outs[0], x.dtype, lambda idx: b.load(conv, idx) + b.load(bias, (idx[3],)))
 
 
-@_register("max_pool2d", "avg_pool2d")
+@register_lowering("max_pool2d", "avg_pool2d")
 def _lower_pool(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     _nhwc(node)
     x = ins[0]
@@ -151,7 +159,7 @@ def _lower_pool(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
         ih, iw, inside, axes = _window(b, x, node, idx, kernel, (1, 1))
         v = b.load(x, (idx[0], ih, iw, idx[3]))
         if inside is not None:
-            v = select(inside, v, _lit(-math.inf if is_max else 0.0, x.dtype))
+            v = select(inside, v, literal(-math.inf if is_max else 0.0, x.dtype))
         return Reduce("max" if is_max else "sum", v, tuple(axes))
 
     pooled = Lazy(outs[0], x.dtype, at, reduces=True)
@@ -165,15 +173,15 @@ def _pool_count(node: Node, x: Lazy, idx: Index) -> Expr:
     kh, kw = node.attr("kernel")
     (sh, sw), (pt, pl, pb, pr) = node.attr("strides", (1, 1)), node.attr("pads", (0, 0, 0, 0))
     if node.attr("count_include_pad", 0) or (pt, pl, pb, pr) == (0, 0, 0, 0):
-        return _lit(float(kh * kw), x.dtype)
+        return literal(float(kh * kw), x.dtype)
     spans = []
     for o, s, p, k, n in ((idx[1], sh, pt, kh, x.shape[1]), (idx[2], sw, pl, kw, x.shape[2])):
         start = o * s - p
-        spans.append(minimum(start + k, _idx(n)) - maximum(start, _zero()))
+        spans.append(minimum(start + k, index_const(n)) - maximum(start, zero_index()))
     return cast(x.dtype, spans[0] * spans[1])
 
 
-@_register("global_avg_pool")
+@register_lowering("global_avg_pool")
 def _lower_global_pool(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     _nhwc(node)
     x = ins[0]
@@ -184,4 +192,4 @@ def _lower_global_pool(b: GroupBuilder, node: Node, ins: list, outs: list) -> La
         return Reduce("sum", b.load(x, (idx[0], rh.var, rw.var, idx[3])), (rh, rw))
 
     total = Lazy(outs[0], x.dtype, at, reduces=True)
-    return Lazy(outs[0], x.dtype, lambda idx: b.load(total, idx) / _lit(float(h * w), x.dtype))
+    return Lazy(outs[0], x.dtype, lambda idx: b.load(total, idx) / literal(float(h * w), x.dtype))
