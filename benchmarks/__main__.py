@@ -183,8 +183,13 @@ def _models_parser(sub: argparse._SubParsersAction) -> None:
         help="threads of every engine; several: each model at each (default 1)",
     )  # fmt: skip
     models.add_argument(
-        "--tune-minutes", type=float, default=None, metavar="M",
-        help="tune each model (at each thread count) for up to M minutes before timing it",
+        "--tune-minutes", type=_minutes, default=None, metavar="M[,M…]",
+        help="tune each model for up to M minutes before timing it: one M for every thread "
+        "count, or one per thread count in --threads order (e.g. 30,10)",
+    )  # fmt: skip
+    models.add_argument(
+        "--repeat", type=int, default=3, metavar="N",
+        help="interleaved timing rounds per model and thread count (default 3)",
     )  # fmt: skip
     models.add_argument(
         "--tune-trials", type=int, default=100_000, metavar="N",
@@ -236,6 +241,18 @@ def _thread_counts(text: str) -> list[int]:
     return counts
 
 
+def _minutes(text: str) -> list[float]:
+    try:
+        minutes = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected minutes like 30 or 30,10, got {text!r}"
+        ) from None
+    if not minutes or min(minutes) <= 0:
+        raise argparse.ArgumentTypeError(f"minutes must be positive, got {text!r}")
+    return minutes
+
+
 def _models(args: argparse.Namespace, command: str) -> int:
     from benchmarks import common, report
     from benchmarks.models import definitions
@@ -257,7 +274,19 @@ def _models(args: argparse.Namespace, command: str) -> int:
 
     tuning = None
     if args.tune_minutes is not None:
-        tuning = Tuning(args.tune_minutes, args.tune_trials)
+        minutes = args.tune_minutes
+        if len(minutes) not in (1, len(args.threads)):
+            print(
+                f"--tune-minutes gives {len(minutes)} values for {len(args.threads)} thread "
+                "counts: give one, or one per thread count",
+                file=sys.stderr,
+            )
+            return 2
+        per_threads = tuple(zip(args.threads, minutes)) if len(minutes) > 1 else ()
+        tuning = Tuning(minutes[0], args.tune_trials, per_threads)
+    if args.repeat < 1:
+        print(f"--repeat must be at least 1, got {args.repeat}", file=sys.stderr)
+        return 2
 
     result, path = run_and_write(
         models=names,
@@ -275,6 +304,7 @@ def _models(args: argparse.Namespace, command: str) -> int:
         log=common.log,
         tuning=tuning,
         database_url=args.database,
+        repeat=args.repeat,
     )
     for caption, table, note in report_tables(result):
         if caption:

@@ -7,7 +7,7 @@ default loop nest where none is stored), and run loomtune, ONNX Runtime and PyTo
 once each on seeded inputs: loomtune (and PyTorch) checked against ONNX Runtime with
 ``max|out − ref| ≤ 1e-3·max|ref| + 1e-5``. That first call is each engine's warm-up;
 then the three are timed interleaved in one `time_interleaved` call: one inference per
-repeat, 3 repeats (1 when loomtune's first call took over 2 minutes). A wrong model is
+repeat, 3 repeats unless asked otherwise (1 when loomtune's first call took over 2 minutes). A wrong model is
 recorded ``correct: false`` and not timed. Memory: each engine in a child process of
 its own loads the model and runs one inference (`rss.py`); its peak RSS is reported
 beside the size of the weights.
@@ -103,10 +103,16 @@ def _timed_first(fn: Callable[[], Any]) -> tuple[Any, float]:
 @dataclass(frozen=True)
 class Tuning:
     """Tune each model before timing it: at most `minutes` of wall time and `trials` in all
-    (the model's whole budget on the target, stored trials included)."""
+    (the model's whole budget on the target, stored trials included). `per_threads`
+    overrides the minutes at some thread counts: a 2-thread pass that starts from the
+    1-thread bests needs less time than the first."""
 
     minutes: float
     trials: int = 100_000
+    per_threads: tuple[tuple[int, float], ...] = ()
+
+    def minutes_at(self, threads: int) -> float:
+        return dict(self.per_threads).get(threads, self.minutes)
 
 
 def tune_first(
@@ -121,16 +127,18 @@ def tune_first(
     from service.tuning import ModelTuning
     from tuner.search.stopping import stopping_rules
 
+    minutes = tuning.minutes_at(threads)
     start = time.perf_counter()
     state = ModelTuning(path, trials=tuning.trials, threads=threads, seed=seed, database=database)
     stored = tuning.trials - state.remaining
-    log(f"tuning {Path(path).name} for up to {tuning.minutes:g} min ({stored} trials stored)")
-    done = state.tune(stop_rule=stopping_rules(tuning.minutes * 60.0, None))
+    log(f"tuning {Path(path).name} for up to {minutes:g} min ({stored} trials stored)")
+    done = state.tune(stop_rule=stopping_rules(minutes * 60.0, None))
     state.finish(check=False)
     return {
         "tuning_s": time.perf_counter() - start,
         "trials_new": done,
         "trials": stored + done,
+        "minutes": minutes,
         "stopped_by": state.stopped_by,
     }
 
@@ -146,6 +154,7 @@ def measure_model(
     log: Callable[[str], None],
     tuning: Tuning | None = None,
     database_url: str | None = None,
+    repeat: int = 3,
 ) -> dict[str, Any]:
     """One model's row at `threads`: tuning (when asked), tasks, correctness, the interleaved
     timing, the children's memory."""
@@ -184,7 +193,7 @@ def measure_model(
     out_names = list(graph.outputs)
     del graph, plan
     gc.collect()
-    _run_engines(row, spec, path, model, out_names, quick, threads, seed, quiet_wait_s, log)
+    _run_engines(row, spec, path, model, out_names, quick, threads, seed, quiet_wait_s, log, repeat)
     del model
     gc.collect()
     if memory:
@@ -208,6 +217,7 @@ def _run_engines(
     seed: int,
     quiet_wait_s: float,
     log: Callable[[str], None],
+    repeat: int = 3,
 ) -> None:
     """Each engine's first call checked against ONNX Runtime's, then the interleaved
     timing (skipped when loomtune is wrong); into `row`."""
@@ -239,7 +249,7 @@ def _run_engines(
     row["torch_max_abs_err"] = t_err
     row["reference_max"] = float(max(np.abs(r).max() for r in references))
     if problem is None:
-        repeats = 1 if first_ms > SLOW_CALL_S * 1e3 else 3
+        repeats = 1 if first_ms > SLOW_CALL_S * 1e3 else repeat
         config = (
             MeasureConfig(warmup=1, number=0, repeat=3, min_repeat_ms=5.0)
             if quick
@@ -276,6 +286,7 @@ def run_and_write(
     log: Callable[[str], None],
     tuning: Tuning | None = None,
     database_url: str | None = None,
+    repeat: int = 3,
 ) -> tuple[dict[str, Any], Any]:
     """Every model's row at each thread count (tuned first when `tuning`), the result file
     written and its line appended to `record`."""
@@ -302,6 +313,7 @@ def run_and_write(
                     log=log,
                     tuning=tuning,
                     database_url=database_url,
+                    repeat=repeat,
                 )
             )
     own_scaling(rows)
