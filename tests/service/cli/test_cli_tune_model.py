@@ -27,13 +27,13 @@ def _records(url: str, keys: list[str]) -> tuple[Counter[str], int]:
 
 
 def test_tune_model_spends_one_budget_and_resumes(db, capsys, mlp_file: Path) -> None:
-    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "8", "--json")
+    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "4", "--json")
     assert code == 0 and set(r) == TUNE_FIELDS
     assert r["correct"] is True and r["max_abs_err"] < 1e-4 and r["latency_ms"] > 0
-    assert r["trials"] == r["trials_done"] == 8 and r["tuning_seconds"] > 0
+    assert r["trials"] == r["trials_done"] == 4 and r["tuning_seconds"] > 0
     tasks = r["tasks"]
     assert len(tasks) == r["kernels"] == 4 and all(set(t) >= TASK_FIELDS for t in tasks)
-    assert sum(t["trials"] for t in tasks) == 8 and all(t["trials"] >= 1 for t in tasks)
+    assert sum(t["trials"] for t in tasks) == 4 and all(t["trials"] >= 1 for t in tasks)
     assert r["tuned_tasks"] == 4 and all(t["best_ms"] > 0 for t in tasks)
     assert sum(t["share"] for t in tasks) == pytest.approx(1.0)
     keys = [t["key"] for t in tasks]
@@ -47,17 +47,17 @@ def test_tune_model_spends_one_budget_and_resumes(db, capsys, mlp_file: Path) ->
     assert code == 0 and ran["correct"] is True and ran["tuned_tasks"] == 4
 
     # A larger budget measures only the difference, nothing twice.
-    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "11", "--json")
-    assert code == 0 and r["correct"] is True and r["trials_done"] == 3
-    assert sum(t["trials"] for t in r["tasks"]) == 11
+    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "6", "--json")
+    assert code == 0 and r["correct"] is True and r["trials_done"] == 2
+    assert sum(t["trials"] for t in r["tasks"]) == 6
     per_task, repeated = _records(db, keys)
-    assert sum(per_task.values()) == 11 and repeated == 0
+    assert sum(per_task.values()) == 6 and repeated == 0
 
     # The same budget again: nothing is measured.
-    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "11", "--json")
+    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "6", "--json")
     assert code == 0 and r["trials_done"] == 0 and r["correct"] is True
     assert "already spent" in r["stop_reason"]
-    assert sum(_records(db, keys)[0].values()) == 11
+    assert sum(_records(db, keys)[0].values()) == 6
 
 
 def test_tune_model_from_python(db, mlp_file: Path) -> None:
