@@ -71,7 +71,7 @@ def test_a_coordinator_killed_mid_job_resumes_it_after_a_restart(procs: list[Pro
             procs.append(worker)
             worker.ready()
             client = c.token("client", "alice")
-            trials = 24
+            trials = 12
             job_id = submit(c, client, 40, trials)
             deadline = time.monotonic() + 120
             while job(c, client, job_id)["trials_done"] < 5:
