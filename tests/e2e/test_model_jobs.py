@@ -21,7 +21,7 @@ from tests import models
 from tests.e2e.cluster import ROOT, Coordinator, Proc, Worker, base_env, command, core_list
 
 SETTINGS = {"LOOMTUNE_LEASE_SECONDS": "3", "LOOMTUNE_HEARTBEAT_SECONDS": "0.5"}
-TRIALS = 12
+TRIALS = 8
 
 
 @pytest.fixture
