@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.postgresql import fresh_pg_schema, pg_schema_engine
+from tests.sqlite import migrated_sqlite_file
 
 SLOW_FOLDERS = ("e2e", "benchmarks")
 """Tests under these folders start real servers, workers or benchmark runs: `slow`."""
@@ -70,6 +71,12 @@ def pg_engine(pg_schema: str) -> Iterator[Any]:
     engine = pg_schema_engine(pg_schema)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file at the current schema, made once: `tests.sqlite.fresh_sqlite` copies it."""
+    return migrated_sqlite_file(tmp_path_factory.mktemp("migrated") / "loomtune.db")
 
 
 @pytest.fixture

@@ -8,12 +8,14 @@ import onnx
 import pytest
 
 from tests.models import mlp
+from tests.sqlite import fresh_sqlite
 
 
 @pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A fresh SQLite database, made the default through LOOMTUNE_DATABASE_URL."""
-    url = f"sqlite:///{tmp_path / 'loomtune.db'}"
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_sqlite: Path) -> str:
+    """A fresh SQLite database (empty, at the current schema), made the default through
+    LOOMTUNE_DATABASE_URL."""
+    url = fresh_sqlite(migrated_sqlite, tmp_path / "loomtune.db")
     monkeypatch.setenv("LOOMTUNE_DATABASE_URL", url)
     return url
 
