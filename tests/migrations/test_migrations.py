@@ -28,6 +28,9 @@ def test_unreachable_postgresql_fails_in_ci_and_is_skipped_elsewhere() -> None:
     env = {
         **os.environ,
         "LOOMTUNE_TEST_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none",
+        # the rule is tests/conftest.py's: no installed plugin (hypothesis, schemathesis:
+        # 1.7 s of imports per run) takes part in it
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
     for ci in ("true", ""):
         proc = subprocess.run(
