@@ -17,6 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 TANH_MATMUL = ROOT / "examples" / "tanh_matmul.workload.json"
+TRIALS, MORE = 16, 8
+"""The first tune's budget (the README's is 32), and the second's: enough for four finalists."""
 
 
 def loomtune(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -61,7 +63,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
         "n=256",
         "k=256",
         "--trials",
-        "32",
+        str(TRIALS),
         "--json",
         "--plot",
         str(plot),
@@ -77,7 +79,7 @@ def test_tune_json_has_a_correct_best_and_every_trial(tuned: tuple[Path, dict, P
         and out["op"] == "matmul"
         and out["params"] == {"m": 256, "n": 256, "k": 256}
     )
-    assert out["trials"] == 32 and out["trials_done"] == 32 and len(out["history"]) == 32
+    assert out["trials"] == out["trials_done"] == len(out["history"]) == TRIALS
     assert out["latency_ms"] > 0 and out["numpy_ms"] > 0 and out["gflops"] > 0
     assert out["speedup_vs_numpy"] == pytest.approx(out["numpy_ms"] / out["latency_ms"])
     assert out["tuning_seconds"] > 0 and out["strategy"] == "evolutionary"
@@ -97,7 +99,7 @@ def test_tune_json_has_a_correct_best_and_every_trial(tuned: tuple[Path, dict, P
     assert min(f["tuning_ms"] for f in finalists) == pytest.approx(history[-1])
     assert out["best_record_ms"] == finalists[0]["tuning_ms"]
     assert sorted(f["tuning_ms"] for f in finalists) == sorted(history_medians(db))[:4]
-    assert len(record_hashes(db)) == 32
+    assert len(record_hashes(db)) == TRIALS
     # the database now names the finalists' choice as the best, with its re-timed median
     assert stored_best(db) == (finalists[0]["record_id"], finalists[0]["retimed_ms"])
 
@@ -121,12 +123,14 @@ def test_plot_is_a_png(tuned: tuple[Path, dict, Path]) -> None:
 
 def test_tuning_again_continues_and_measures_no_trace_twice(tuned: tuple[Path, dict, Path]) -> None:
     db, first, _ = tuned
-    proc = loomtune(db, "tune", "matmul", "m=256", "n=256", "k=256", "--trials", "16", "--json")
+    proc = loomtune(
+        db, "tune", "matmul", "m=256", "n=256", "k=256", "--trials", str(MORE), "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["trials_done"] == 16
+    assert out["trials_done"] == MORE
     hashes = record_hashes(db)
-    assert len(hashes) == 48 and len(set(hashes)) == 48
+    assert len(hashes) == len(set(hashes)) == TRIALS + MORE
     # the best stored overall can only get better
     assert min(f["tuning_ms"] for f in out["finalists"]) <= min(
         f["tuning_ms"] for f in first["finalists"]
