@@ -18,6 +18,7 @@ import pytest
 from codegen.host import host_target
 from ir.task import library_task
 from service.db.store import open_database
+from tests.sqlite import fresh_sqlite
 from tuner.database import TuningRecord
 from tuner.trace.file import TraceFile
 from tuner.trace.traced_schedule import TracedSchedule
@@ -84,9 +85,9 @@ def make_record(
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
+def url(tmp_path: Path, migrated_sqlite: Path) -> str:
     """A database with three records of matmul: the fastest is wrong, the best is 2 ms."""
-    url = f"sqlite:///{tmp_path / 'db' / 'loomtune.db'}"
+    url = fresh_sqlite(migrated_sqlite, tmp_path / "db" / "loomtune.db")
     db = open_database(url)
     db.commit_records(
         [
