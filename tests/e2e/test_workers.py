@@ -155,6 +155,10 @@ def test_a_job_submitted_over_http_is_tuned_by_two_workers(
                 "k=32",
                 "--trials",
                 str(trials),
+                # replay: the learned search's cost-model rounds were most of the job's time
+                # (the default search's jobs run end to end in test_trust.py)
+                "--strategy",
+                "replay",
                 "--seed",
                 "1",
                 "--wait",
