@@ -17,6 +17,10 @@ from tests.service.cli.modelkit import RUN_FIELDS, run_json
 
 TUNE_FIELDS = RUN_FIELDS | {"trials", "trials_done", "tuning_seconds", "stop_reason"}
 TASK_FIELDS = {"key", "trials", "best_ms", "share"}
+REPLAY = ("--strategy", "replay", "--json")
+"""The resume test's search (what is measured when follows the budget, whatever the search):
+the learned one evolves ~150 children a batch before its model trains. test_tune_model_from_python
+runs the default search."""
 
 
 def _records(url: str, keys: list[str]) -> tuple[Counter[str], int]:
@@ -27,7 +31,7 @@ def _records(url: str, keys: list[str]) -> tuple[Counter[str], int]:
 
 
 def test_tune_model_spends_one_budget_and_resumes(db, capsys, mlp_file: Path) -> None:
-    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "4", "--json")
+    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "4", *REPLAY)
     assert code == 0 and set(r) == TUNE_FIELDS
     assert r["correct"] is True and r["max_abs_err"] < 1e-4 and r["latency_ms"] > 0
     assert r["trials"] == r["trials_done"] == 4 and r["tuning_seconds"] > 0
@@ -47,14 +51,14 @@ def test_tune_model_spends_one_budget_and_resumes(db, capsys, mlp_file: Path) ->
     assert code == 0 and ran["correct"] is True and ran["tuned_tasks"] == 4
 
     # A larger budget measures only the difference, nothing twice.
-    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "6", "--json")
+    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "6", *REPLAY)
     assert code == 0 and r["correct"] is True and r["trials_done"] == 2
     assert sum(t["trials"] for t in r["tasks"]) == 6
     per_task, repeated = _records(db, keys)
     assert sum(per_task.values()) == 6 and repeated == 0
 
     # The same budget again: nothing is measured.
-    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "6", "--json")
+    code, r = run_json(capsys, "tune", "--model", str(mlp_file), "--trials", "6", *REPLAY)
     assert code == 0 and r["trials_done"] == 0 and r["correct"] is True
     assert "already spent" in r["stop_reason"]
     assert sum(_records(db, keys)[0].values()) == 6
