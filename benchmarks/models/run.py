@@ -251,7 +251,7 @@ def _run_engines(
     if problem is None:
         repeats = 1 if first_ms > SLOW_CALL_S * 1e3 else repeat
         config = (
-            MeasureConfig(warmup=1, number=0, repeat=3, min_repeat_ms=5.0)
+            MeasureConfig(warmup=1, number=0, repeat=repeat, min_repeat_ms=5.0)
             if quick
             else MeasureConfig(warmup=0, number=1, repeat=repeats)
         )

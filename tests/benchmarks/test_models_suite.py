@@ -60,8 +60,8 @@ def test_tuned_models_at_two_thread_counts_carry_tuning_and_own_scaling(
     path = tmp_path / "record.jsonl"
     database = f"sqlite:///{tmp_path / 'tuning.db'}"
     # the model quickest to tune (9 tasks; MobileNetV2 has 17), 2 trials at each thread count
-    argv = ["models", "--quick", "--models", "bert", "--no-memory"]
-    argv += ["--threads", "1,2", "--tune-minutes", "0.05", "--tune-trials", "2"]
+    argv = ["models", "--quick", "--models", "bert", "--no-memory", "--threads", "1,2"]
+    argv += ["--tune-minutes", "0.05,0.03", "--tune-trials", "2", "--repeat", "2"]
     argv += ["--database", database]
     assert main([*argv, "--out", str(tmp_path / "raw"), "--record", str(path)]) == 0
     (line,) = record.load(path)
@@ -71,5 +71,28 @@ def test_tuned_models_at_two_thread_counts_carry_tuning_and_own_scaling(
     for r in (one, two):
         assert r["correct"] is True and r["trials"] > 0 and r["tuning_s"] > 0
         assert r["tuned_tasks"] >= 1  # compiled from what the tuning stored
+        assert r["repeats"] == 2
+    raw = json.loads(next((tmp_path / "raw").glob("models-*.json")).read_text(encoding="utf-8"))
+    assert [r["tuning"]["minutes"] for r in raw["rows"]] == [0.05, 0.03]
     assert one["x_own_1thread"] is None
     assert two["x_own_1thread"] == pytest.approx(one["loomtune_ms"] / two["loomtune_ms"], rel=1e-2)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--threads", "1,2", "--tune-minutes", "5,2,1"], "3 values for 2 thread counts"),
+        (["--tune-minutes", "0"], "minutes must be positive"),
+        (["--tune-minutes", "ten"], "expected minutes like 30"),
+        (["--repeat", "0"], "--repeat must be at least 1"),
+    ],
+)
+def test_bad_tuning_minutes_and_repeats_are_refused_in_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code = main(["models", "--quick", *argv])
+    except SystemExit as e:  # argparse's own refusal
+        code = e.code
+    assert code == 2
+    assert message in capsys.readouterr().err
