@@ -7,8 +7,9 @@
 A task uses the best stored record for the target — from the local database, or a
 coordinator's when one is named (what `loomtune best --coordinator` asks) — replayed
 onto its naive program (its own key's, else the same computation's measured whole:
-`ir.task.schedule_keys`); a task with no record (or a record that no longer replays)
-runs its default loop nest. Also the shared pieces of `model inspect` and
+`ir.task.schedule_keys`); with none for the target, locally, the best of the same CPU
+at another thread count (a serial 1-thread best beats a default nest at 2 threads); a
+task with no record (or a record that no longer replays) runs its default loop nest. Also the shared pieces of `model inspect` and
 `run --model`: seeded inputs, the correctness rule, ONNX Runtime when installed.
 """
 
@@ -49,6 +50,7 @@ class Schedules:
 
     programs: Mapping[str, Program]
     problems: tuple[str, ...] = field(default=())  # records found but not replayable
+    borrowed: frozenset[str] = field(default=frozenset())  # from another thread count
 
     def tuned(self, key: str) -> bool:
         return key in self.programs
@@ -69,8 +71,8 @@ def stored_schedules(
     from tuner.trace.errors import TraceError
     from tuner.trace.trace import Trace
 
-    traces = (
-        _remote_traces(plan, target, coordinator, token)
+    traces, borrowed = (
+        (_remote_traces(plan, target, coordinator, token), frozenset[str]())
         if coordinator is not None
         else _local_traces(plan, target, database_url, database)
     )
@@ -84,24 +86,30 @@ def stored_schedules(
             programs[t.task.key] = Trace.from_json(trace).apply(t.task.program).program
         except (TraceError, LoomtuneError) as e:
             problems.append(f"{t.pattern} ({t.task.key[:12]}): stored schedule not used: {e}")
-    return Schedules(programs, tuple(problems))
+    return Schedules(programs, tuple(problems), borrowed & programs.keys())
 
 
 def _local_traces(
     plan: ModelPlan, target: str, database_url: str | None, database: Database | None
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """Each task's best trace on `target`, else at the nearest other thread count of the
+    same CPU; and the keys of the tasks that got the latter."""
     if database is None:
         from service.db.store import open_database
 
         database = open_database(database_url)
-    out = {}
+    out, borrowed = {}, set()
     for t in plan.tasks:
-        for key in schedule_keys(t.task):
-            record = database.best(key, target)
+        keys = schedule_keys(t.task)
+        record = next(filter(None, (database.best(k, target) for k in keys)), None)
+        if record is None:
+            others = ((k, o) for k in keys for o in database.other_thread_counts(k, target))
+            record = next(filter(None, (database.best(k, o) for k, o in others)), None)
             if record is not None:
-                out[t.task.key] = record.trace
-                break
-    return out
+                borrowed.add(t.task.key)
+        if record is not None:
+            out[t.task.key] = record.trace
+    return out, frozenset(borrowed)
 
 
 def _remote_traces(
