@@ -38,6 +38,41 @@ def utc_text(moment: _dt.datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
+def result_header(
+    *,
+    suite: str,
+    kind: str,
+    description: str,
+    quick: bool,
+    command: str,
+    seed: int,
+    started: _dt.datetime,
+    wall_s: float = 0.0,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """The fields every benchmark's result starts with: what ran, when, on which machine
+    and target, with which loomtune (`benchmarks.record` reads them back)."""
+    import importlib.metadata
+
+    from codegen.host import host_target
+    from workers.machine import machine_info
+
+    return {
+        "format": FORMAT,
+        "suite": suite,
+        "kind": kind,
+        "description": description,
+        "quick": quick,
+        "command": command,
+        "seed": seed,
+        "utc": utc_text(started),
+        "wall_s": wall_s,
+        "machine": machine_info().to_dict(),
+        "target": host_target(threads).canonical(),
+        "loomtune_version": importlib.metadata.version("loomtune"),
+    }
+
+
 def process_cpu_s(pid: int | None) -> float:
     """CPU seconds (user + system) of a live process; 0 when it cannot be read."""
     if pid is None:

@@ -21,7 +21,6 @@ processes (benchmarks/throughput.py).
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import threadpoolctl
 
-from benchmarks.common import FORMAT, log, utc_now, utc_text
+from benchmarks.common import log, result_header, utc_now
 from benchmarks.contention import (
     CONTENDED,
     cpu_snapshot,
@@ -49,7 +48,7 @@ from codegen.kernel import Kernel, compile_program
 from ir.errors import LoomtuneError
 from ir.lower import lower
 from ir.task import gflops, library_task
-from workers.machine import limit_numpy_threads, machine_info
+from workers.machine import limit_numpy_threads
 from workers.timing import MeasureConfig, Timing, time_interleaved
 from workers.verify import empty_outputs, verify
 
@@ -526,19 +525,12 @@ def run_suite(
     )
     if run_after is not None and helped:
         run_after = dataclasses.replace(run_after, own=run_after.own + helped)
+    header = result_header(
+        suite=suite.name, kind=suite.kind, description=suite.description, quick=quick,
+        command=command, seed=seed, started=started, wall_s=time.perf_counter() - wall,
+    )  # fmt: skip
     result = {
-        "format": FORMAT,
-        "suite": suite.name,
-        "kind": suite.kind,
-        "description": suite.description,
-        "quick": quick,
-        "command": command,
-        "seed": seed,
-        "utc": utc_text(started),
-        "wall_s": time.perf_counter() - wall,
-        "machine": machine_info().to_dict(),
-        "target": host_target().canonical(),
-        "loomtune_version": importlib.metadata.version("loomtune"),
+        **header,
         "environment": environment or {},
         "measure": measure,
         "compile_repetitions": settings.compile_repetitions,

@@ -27,7 +27,6 @@ a 256-trial run measured, so a workload gets at most 256 trials here.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import math
 import random
@@ -158,10 +157,8 @@ def compare(
 
 
 def run(results_dir: Path, draws: int = 400, seed: int = 0) -> dict[str, Any]:
-    from benchmarks.common import FORMAT, utc_now, utc_text
+    from benchmarks.common import result_header, utc_now
     from benchmarks.tune.suite import SUITE
-    from codegen.host import host_target
-    from workers.machine import machine_info
 
     started = utc_now()
     wall = time.perf_counter()
@@ -172,20 +169,19 @@ def run(results_dir: Path, draws: int = 400, seed: int = 0) -> dict[str, Any]:
     machines = {
         cpu: compare(c, weights, budget, draws, seed) for cpu, c in sorted(curves.items()) if all(c)
     }
+    header = result_header(
+        suite="scheduler_replay",
+        kind="scheduler_replay",
+        description="the task scheduler's policies replayed over the tuning curves recorded "
+        "by the tune runs, against perfect foresight",
+        quick=False,
+        command="python -m benchmarks.scheduler_replay",
+        seed=seed,
+        started=started,
+        wall_s=time.perf_counter() - wall,
+    )
     return {
-        "format": FORMAT,
-        "suite": "scheduler_replay",
-        "kind": "scheduler_replay",
-        "description": "the task scheduler's policies replayed over the tuning curves recorded by the tune runs, "
-        "against perfect foresight",
-        "quick": False,
-        "command": "python -m benchmarks.scheduler_replay",
-        "seed": seed,
-        "utc": utc_text(started),
-        "wall_s": time.perf_counter() - wall,
-        "machine": machine_info().to_dict(),
-        "target": host_target().canonical(),
-        "loomtune_version": importlib.metadata.version("loomtune"),
+        **header,
         "weights": weights,
         "budget": budget,
         "batch": DEFAULT_BATCH,

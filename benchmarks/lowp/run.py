@@ -3,14 +3,13 @@ kernel compared (`benchmarks.lowp.compare`), one result file and one record line
 
 from __future__ import annotations
 
-import importlib.metadata
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import FORMAT, utc_now, utc_text
+from benchmarks.common import result_header, utc_now
 from benchmarks.lowp.compare import NUMPY_FLOAT32, compare
 from benchmarks.lowp.report import headline
 from benchmarks.lowp.suite import TENSORIZED_BY, not_measured, select
@@ -128,25 +127,18 @@ def run_and_write(
 ) -> tuple[dict[str, Any], Path]:
     """Run the benchmark, write ``lowp-<UTC>.json`` to `out_dir` and append the run's line to
     `record` when given; (result, path)."""
-    from workers.machine import machine_info
 
     started = utc_now()
     wall = time.perf_counter()
     rows, extra = run(log=log, **kwargs)
     with_torch = kwargs.get("with_torch", True)
+    header = result_header(
+        suite=SUITE, kind="lowp", description=DESCRIPTION, quick=bool(kwargs.get("quick")),
+        command=command, seed=kwargs.get("seed", 0), started=started,
+        wall_s=time.perf_counter() - wall,
+    )  # fmt: skip
     result: dict[str, Any] = {
-        "format": FORMAT,
-        "suite": SUITE,
-        "kind": "lowp",
-        "description": DESCRIPTION,
-        "quick": bool(kwargs.get("quick")),
-        "command": command,
-        "seed": kwargs.get("seed", 0),
-        "utc": utc_text(started),
-        "wall_s": time.perf_counter() - wall,
-        "machine": machine_info().to_dict(),
-        "target": host_target().canonical(),
-        "loomtune_version": importlib.metadata.version("loomtune"),
+        **header,
         "environment": environment or {},
         "measure": extra["measure_final"],
         "quiet_wait_s": kwargs.get("quiet_wait_s", 0.0),

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import contention
-from benchmarks.common import FORMAT, REPO, Table, fmt_ms, fmt_ratio, utc_now, utc_text
+from benchmarks.common import REPO, Table, fmt_ms, fmt_ratio, result_header, utc_now
 from benchmarks.models import definitions
 from benchmarks.models.rss import ENGINES
 from benchmarks.record import write_result
@@ -186,6 +186,7 @@ def measure_model(
     tasks = task_summary(plan, schedules.tuned)
     row |= {"tasks": len(tasks), "kernels": model.kernel_calls, "task_list": tasks}
     row["tuned_tasks"] = sum(t["tuned"] for t in tasks)
+    row["borrowed_tasks"] = len(schedules.borrowed)  # another thread count's best
     row["schedule_problems"] = list(schedules.problems)
     row["model_bytes"] = {"weights": model.weight_bytes, "arena": int(model.arena.nbytes)}
     for t in tasks:
@@ -292,9 +293,6 @@ def run_and_write(
     written and its line appended to `record`."""
     import torch
 
-    from codegen.host import host_target
-    from workers.machine import machine_info
-
     started = utc_now()
     wall = time.perf_counter()
     before = contention.cpu_snapshot()
@@ -318,21 +316,22 @@ def run_and_write(
             )
     own_scaling(rows)
     counts = ",".join(str(n) for n in threads)
-    result: dict[str, Any] = {
-        "format": FORMAT,
-        "suite": "models",
-        "kind": "models",
-        "description": "whole models against ONNX Runtime and PyTorch, "
+    description = (
+        "whole models against ONNX Runtime and PyTorch, "
         + (f"{counts} threads" if list(threads) != [1] else "1 thread")
-        + (", tuned first" if tuning else ""),
-        "quick": quick,
-        "command": command,
-        "seed": seed,
-        "utc": utc_text(started),
-        "wall_s": 0.0,
-        "machine": machine_info().to_dict(),
-        "target": host_target(max(threads)).canonical(),
-        "loomtune_version": importlib.metadata.version("loomtune"),
+        + (", tuned first" if tuning else "")
+    )
+    result: dict[str, Any] = {
+        **result_header(
+            suite="models",
+            kind="models",
+            description=description,
+            quick=quick,
+            command=command,
+            seed=seed,
+            started=started,
+            threads=max(threads),
+        ),
         "environment": environment,
         "quiet_wait_s": quiet_wait_s,
         "contended_threshold": contention.CONTENDED,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import tempfile
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import roofline
-from benchmarks.common import FORMAT, shown_path, utc_now, utc_text
+from benchmarks.common import result_header, shown_path, utc_now
 from benchmarks.record import append_record, write_result
 from benchmarks.tune.compare import FINAL_ROUNDS, ROUND_PAUSE_S, Context
 from benchmarks.tune.extras.evo_replay import evo_replay_all, evo_replay_entries
@@ -25,7 +24,6 @@ from benchmarks.tune.suite import EXTRAS, REUSE_FROM, SuiteWorkload, checkpoints
 from benchmarks.tune.torch_ref import torch_version
 from benchmarks.tune.tuning import tune_one
 from benchmarks.tune.tvm import tvm_goal, tvm_reference, tvm_row
-from codegen.host import host_target
 from ir.arrays import TIMED_OFFSETS
 from workers.compare import SETTLE_S
 from workers.measure import CONFIRM_REPEAT, CONFIRM_WITHIN, TUNING_CONFIG
@@ -242,7 +240,6 @@ def run_and_write(
     import dataclasses
 
     from benchmarks import contention
-    from workers.machine import machine_info
 
     started = utc_now()
     wall = time.perf_counter()
@@ -258,11 +255,8 @@ def run_and_write(
     )
     if after is not None:
         after = dataclasses.replace(after, own=after.own + helped)
-    result: dict[str, Any] = {
-        "format": FORMAT,
-        "suite": suite or ("tune" if kwargs.get("main", True) else "tune_extras"),
-        "kind": "tune",
-        "description": "tuning to the best kernel: best-so-far per trial, tuning time, the final kernel "
+    description = (
+        "tuning to the best kernel: best-so-far per trial, tuning time, the final kernel "
         + (
             "against numpy, PyTorch and TVM MetaSchedule (tuned for the same trials, 1 thread)"
             if kwargs.get("with_tvm")
@@ -278,16 +272,19 @@ def run_and_write(
         if kwargs.get("main", True)
         else "the tuning benchmark's extras on their own ("
         + ", ".join(kwargs.get("extras") or ())
-        + "), 1 thread",
-        "quick": bool(kwargs.get("quick")),
-        "command": command,
-        "seed": kwargs.get("seed", 0),
-        "utc": utc_text(started),
-        "wall_s": 0.0,
-        "machine": machine_info().to_dict(),
-        "target": host_target().canonical(),
+        + "), 1 thread"
+    )
+    result: dict[str, Any] = {
+        **result_header(
+            suite=suite or ("tune" if kwargs.get("main", True) else "tune_extras"),
+            kind="tune",
+            description=description,
+            quick=bool(kwargs.get("quick")),
+            command=command,
+            seed=kwargs.get("seed", 0),
+            started=started,
+        ),
         "peak_gflops": peak,
-        "loomtune_version": importlib.metadata.version("loomtune"),
         "environment": environment or {},
         "measure": extra["tune"]["measure_final"],
         "quiet_wait_s": kwargs.get("quiet_wait_s", 0.0),
