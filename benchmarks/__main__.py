@@ -241,6 +241,18 @@ def _thread_counts(text: str) -> list[int]:
     return counts
 
 
+def _quiet_wait(args: argparse.Namespace) -> float:
+    """--wait-quiet, else 60 s (0 for a --quick smoke run)."""
+    if args.wait_quiet is not None:
+        return args.wait_quiet
+    return 0.0 if args.quick else 60.0
+
+
+def _names(text: str | None) -> list[str] | None:
+    """A comma-separated --only, or None for every workload."""
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+
 def _minutes(text: str) -> list[float]:
     try:
         minutes = [float(part) for part in text.split(",")]
@@ -262,7 +274,7 @@ def _models(args: argparse.Namespace, command: str) -> int:
     except ImportError:
         print("the models benchmark needs PyTorch: pip install torch==2.13.0", file=sys.stderr)
         return 2
-    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    names = _names(args.models) or []
     unknown = sorted(set(names) - set(definitions.MODELS))
     if unknown or not names:
         print(
@@ -293,9 +305,7 @@ def _models(args: argparse.Namespace, command: str) -> int:
         threads=args.threads,
         quick=args.quick,
         seed=args.seed,
-        quiet_wait_s=args.wait_quiet
-        if args.wait_quiet is not None
-        else (0.0 if args.quick else 60.0),
+        quiet_wait_s=_quiet_wait(args),
         memory=not args.no_memory,
         out_dir=args.out or common.RESULTS_DIR,
         record=args.record or common.RECORD,
@@ -373,11 +383,9 @@ def _lowp(args: argparse.Namespace, command: str) -> int:
             log=common.log,
             trials=args.trials,
             quick=args.quick,
-            only=[n.strip() for n in args.only.split(",")] if args.only else None,
+            only=_names(args.only),
             seed=args.seed,
-            quiet_wait_s=args.wait_quiet
-            if args.wait_quiet is not None
-            else (0.0 if args.quick else 60.0),
+            quiet_wait_s=_quiet_wait(args),
             with_torch=not args.no_torch,
         )
     except ValueError as error:  # an unknown workload in --only
@@ -418,14 +426,12 @@ def _tune(args: argparse.Namespace, command: str) -> int:
         log=common.log,
         trials=args.trials,
         quick=args.quick,
-        only=[n.strip() for n in args.only.split(",")] if args.only else None,
+        only=_names(args.only),
         extras=extras,
         layers=args.layers,
         threads=args.threads,
         seed=args.seed,
-        quiet_wait_s=args.wait_quiet
-        if args.wait_quiet is not None
-        else (0.0 if args.quick else 60.0),
+        quiet_wait_s=_quiet_wait(args),
         strategy=args.strategy,
         replay_trials=args.replay_trials,
         with_torch=not args.no_torch,
