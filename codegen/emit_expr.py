@@ -41,26 +41,12 @@ loop whose divisor is invariant, and a vector multiply costs a fraction of a vec
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
-class BFloatType(ll.Type):
-    """LLVM's `bfloat` (llvmlite has no class for it); constants in LLVM's 0xR hex form."""
-
-    null = "0xR0000"
-    intrinsic_name = "bf16"
-
-    def _to_string(self) -> str:
-        return "bfloat"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, BFloatType)
-
-    def __hash__(self) -> int:
-        return hash(BFloatType)
-
-    def format_constant(self, value: object) -> str:
-        return f"0xR{dt.bfloat16_bits(float(value)):04X}"  # type: ignore[arg-type]
-
-
-BFLOAT = BFloatType()
+BFLOAT16_BITS = I16
+"""How bfloat16 values travel in the emitted IR: as their 16 bits. IR bfloat16 is a storage
+type (loads, stores, selects, casts to and from float32 in integer instructions), and
+LLVM's `bfloat` vectors of odd widths, which its vectorizers make of padding copies,
+reach instruction selection illegal on CPUs with AVX512-FP16 (an assertion in
+LegalizeDAG); `bfloat` appears only at an intrinsic that wants it (`intrinsics.py`)."""
 
 
 def llvm_type(dtype: str, lanes: int = 1) -> ll.Type:
@@ -69,7 +55,7 @@ def llvm_type(dtype: str, lanes: int = 1) -> ll.Type:
     elif dtype == "float64":
         t = ll.DoubleType()
     elif dtype == dt.BFLOAT16:
-        t = BFLOAT
+        t = BFLOAT16_BITS
     elif dtype == "bool":
         t = I1
     else:
@@ -210,6 +196,8 @@ class ExpressionEmitter:
         if isinstance(e, Const):
             if e.dtype == "bool":
                 return ll.Constant(I1, int(bool(e.value)))
+            if e.dtype == dt.BFLOAT16:
+                return ll.Constant(BFLOAT16_BITS, dt.bfloat16_bits(float(e.value)))
             return ll.Constant(llvm_type(e.dtype), e.value)
         if isinstance(e, Var):
             if e not in self.scope.vars:
@@ -421,15 +409,14 @@ class ExpressionEmitter:
             return _splat(I32, lanes, value)
 
         if dst == "float32":
-            bits = b.zext(b.bitcast(v, vt(I16)), vt(I32))
+            bits = b.zext(v, vt(I32))
             return b.bitcast(b.shl(bits, c(16)), vt(ll.FloatType()))
         bits = b.bitcast(v, vt(I32))
         high = b.lshr(bits, c(16))
         rounded = b.lshr(b.add(b.add(bits, c(0x7FFF)), b.and_(high, c(1))), c(16))
         quiet_nan = b.or_(b.and_(high, c(0x8000)), c(0x7FC0))
         is_nan = b.fcmp_unordered("uno", v, v)
-        out = b.trunc(b.select(is_nan, quiet_nan, rounded), vt(I16))
-        return b.bitcast(out, vt(BFLOAT))
+        return b.trunc(b.select(is_nan, quiet_nan, rounded), vt(I16))
 
 
 def _splat(t: ll.Type, lanes: int, value: int) -> ll.Constant:
@@ -448,8 +435,6 @@ def type_suffix(t: ll.Type) -> str:
         return "f32"
     if isinstance(t, ll.DoubleType):
         return "f64"
-    if isinstance(t, BFloatType):
-        return "bf16"
     if isinstance(t, ll.IntType):
         return f"i{t.width}"
     raise TypeError(f"no overload suffix for {t}")

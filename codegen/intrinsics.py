@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir as ll
 
-from codegen.emit_expr import BFLOAT, I8, I32, I64, PTR, ExpressionEmitter
+from codegen.emit_expr import I8, I32, I64, PTR, ExpressionEmitter
 from ir.errors import IRError
 from ir.intrinsics import get_intrinsic
 from ir.program import IntrinsicCall
@@ -137,6 +137,23 @@ def _vnni(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
 # AVX-512 BF16
 
 
+class _BFloatType(ll.Type):
+    """LLVM's `bfloat` (llvmlite has no class for it): only the dpbf16ps operands; values
+    of IR bfloat16 are i16 everywhere else (`emit_expr.BFLOAT16_BITS`)."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _BFloatType)
+
+    def __hash__(self) -> int:
+        return hash("bfloat")
+
+
+_BFLOAT = _BFloatType()
+
+
 @register_implementation("avx512_bf16")
 def _avx512_bf16(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
     """C[16] (f32) += 2 bf16 of A (broadcast to every lane) . B[16][2] (bf16): one vdpbf16ps.
@@ -150,12 +167,12 @@ def _avx512_bf16(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
     b = f.builder
     v16 = ll.VectorType(ll.FloatType(), 16)
     i16 = ll.VectorType(I32, 16)
-    v32 = ll.VectorType(BFLOAT, 32)
+    v32 = ll.VectorType(_BFLOAT, 32)
     acc = b.load(c_op.ptr, typ=v16, align=4)
     pair = b.load(a_op.ptr, typ=I32, align=2)
     lane0 = b.insert_element(ll.Constant(i16, ll.Undefined), pair, ll.Constant(I32, 0))
     a = b.shuffle_vector(lane0, ll.Constant(i16, ll.Undefined), ll.Constant(i16, [0] * 16))
-    w = b.load(b_op.ptr, typ=v32, align=2)
+    w = b.bitcast(b.load(b_op.ptr, typ=ll.VectorType(I16, 32), align=2), v32)
     fn = f.m.declare("llvm.x86.avx512bf16.dpbf16ps.512", v16, [v16, v32, v32])
     out = b.call(fn, [acc, b.bitcast(a, v32), w])
     b.store(out, c_op.ptr, align=4)

@@ -137,3 +137,32 @@ def test_an_exported_bf16_kernel_takes_uint16_bits_and_runs(tmp_path: Path) -> N
     assert fn(*(ctypes.c_void_p(a.ctypes.data) for a in (*inputs, out))) == 0
     (ref,) = task.reference(inputs)
     assert verify([out], [ref], ["C"], 24) is None
+
+
+def test_odd_width_bfloat16_copies_compile_for_avx512fp16_cpus() -> None:
+    """bfloat16 values travel as i16: LLVM's vectorizers turned a padding copy of 9 bf16
+    into `<27 x bfloat>`-style vectors that its instruction selection for CPUs with
+    AVX512-FP16 (Sapphire and Emerald Rapids) aborted on ("Unexpected illegal type"),
+    killing the process. Compiled only, so every machine checks it; the tensorized
+    candidates keep their vdpbf16ps."""
+    import random
+
+    from codegen.emit import emit_module
+    from codegen.jit import compile_object
+    from ir.lower import lower
+    from ir.target import Target
+    from tests.tuner.space.spacecheck import odd_task, samples
+    from tuner.space import default_space
+
+    features = "+avx512f,+avx512bw,+avx512vl,+avx512bf16,+avx512fp16,+fma"
+    target = Target.parse(f"llvm -mcpu=emeraldrapids -mattr={features} -num-threads=2")
+    task = odd_task("batch_matmul_bf16")  # b=2, m=6, n=24, k=9: k pads to 10
+    space = default_space(task.program, target)
+    asm = []
+    for trace in samples(space, random.Random("batch_matmul_bf16"), 10, max_tries=30):
+        text = emit_module(lower(trace.apply(task.program).program), "k", num_threads=2,
+                           vector_bits=512, features=target.features)  # fmt: skip
+        assert "bfloat>" not in text.replace("<32 x bfloat>", "")  # only the intrinsic's
+        assert compile_object(text, target)
+        asm.append(text)
+    assert any("dpbf16ps" in t for t in asm)  # the space still tensorizes
