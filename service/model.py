@@ -7,9 +7,10 @@
 A task uses the best stored record for the target — from the local database, or a
 coordinator's when one is named (what `loomtune best --coordinator` asks) — replayed
 onto its naive program (its own key's, else the same computation's measured whole:
-`ir.task.schedule_keys`); with none for the target, locally, the best of the same CPU
-at another thread count (a serial 1-thread best beats a default nest at 2 threads); a
-task with no record (or a record that no longer replays) runs its default loop nest. Also the shared pieces of `model inspect` and
+`ir.task.schedule_keys`); locally, a schedule tuned at fewer threads of the same CPU
+when the target has none or it ran faster (a serial 1-thread best beats a default nest
+at 2 threads); a task with no record (or a record that no longer replays) runs its
+default loop nest. Also the shared pieces of `model inspect` and
 `run --model`: seeded inputs, the correctness rule, ONNX Runtime when installed.
 """
 
@@ -31,7 +32,7 @@ from ir.graph.plan import ModelPlan
 from ir.program import Program
 from ir.target import Target
 from ir.task import schedule_keys
-from tuner.database import Database
+from tuner.database import Database, TuningRecord
 
 TOLERANCE_REL = 1e-3
 TOLERANCE_ABS = 1e-5
@@ -92,24 +93,50 @@ def stored_schedules(
 def _local_traces(
     plan: ModelPlan, target: str, database_url: str | None, database: Database | None
 ) -> tuple[dict[str, Any], frozenset[str]]:
-    """Each task's best trace on `target`, else at the nearest other thread count of the
-    same CPU; and the keys of the tasks that got the latter."""
+    """Each task's best trace for `target`; and the keys of the tasks whose best came from
+    another thread count of the same CPU (`_best_record`)."""
     if database is None:
         from service.db.store import open_database
 
         database = open_database(database_url)
     out, borrowed = {}, set()
     for t in plan.tasks:
-        keys = schedule_keys(t.task)
-        record = next(filter(None, (database.best(k, target) for k in keys)), None)
-        if record is None:
-            others = ((k, o) for k in keys for o in database.other_thread_counts(k, target))
-            record = next(filter(None, (database.best(k, o) for k, o in others)), None)
-            if record is not None:
-                borrowed.add(t.task.key)
+        record, own = _best_record(database, schedule_keys(t.task), target)
         if record is not None:
             out[t.task.key] = record.trace
+            if not own:
+                borrowed.add(t.task.key)
     return out, frozenset(borrowed)
+
+
+def _best_record(
+    database: Database, keys: Sequence[str], target: str
+) -> tuple[TuningRecord | None, bool]:
+    """The best record of the first of `keys` stored for `target`, unless a schedule tuned
+    at fewer threads of the same CPU ran faster, or there is none: a schedule runs the
+    same on more threads than it was tuned for, and a short 2-thread pass may not have
+    found a parallel schedule that beats the 1-thread best. (record, whether it is
+    `target`'s own.)"""
+    own = next(filter(None, (database.best(k, target) for k in keys)), None)
+    threads = _threads(target)
+    fewer = (
+        database.best(k, o)
+        for k in keys
+        for o in database.other_thread_counts(k, target)
+        if _threads(o) < threads
+    )
+    found = [r for r in fewer if r is not None and r.median_ms is not None]
+    best = min(found, key=lambda r: r.median_ms or math.inf, default=None)
+    if best is not None and (own is None or best.median_ms < (own.median_ms or math.inf)):
+        return best, False
+    return own, own is not None
+
+
+def _threads(target: str) -> int:
+    try:
+        return Target.parse(target).num_threads
+    except LoomtuneError:
+        return 0
 
 
 def _remote_traces(
