@@ -6,8 +6,10 @@ lists), compile it with each task's best stored schedule from the database (the
 default loop nest where none is stored), and run loomtune, ONNX Runtime and PyTorch
 once each on seeded inputs: loomtune (and PyTorch) checked against ONNX Runtime with
 ``max|out − ref| ≤ 1e-3·max|ref| + 1e-5``. That first call is each engine's warm-up;
-then the three are timed interleaved in one `time_interleaved` call: one inference per
-repeat, 3 repeats unless asked otherwise (1 when loomtune's first call took over 2 minutes). A wrong model is
+then the three are timed interleaved in one `time_interleaved` call: 3 repeats unless asked
+otherwise (1 when loomtune's first call took over 2 minutes), each back-to-back inferences
+for at least 200 ms, at several threads after a 0.2 s pause for the others' spinning
+threads to sleep; per-inference times. A wrong model is
 recorded ``correct: false`` and not timed. Memory: each engine in a child process of
 its own loads the model and runs one inference (`rss.py`); its peak RSS is reported
 beside the size of the weights.
@@ -34,9 +36,14 @@ from benchmarks.common import REPO, Table, fmt_ms, fmt_ratio, result_header, utc
 from benchmarks.models import definitions
 from benchmarks.models.rss import ENGINES
 from benchmarks.record import write_result
+from workers.compare import SETTLE_S
 from workers.timing import MeasureConfig, Timing, time_interleaved
 
 SLOW_CALL_S = 120.0  # a first call slower than this is timed with one repeat
+BATCH_MS = 200.0
+"""A repeat runs back-to-back inferences for at least this long: a single inference right
+after an idle pause met a sleeping second vCPU (MobileNetV2 at 2 threads 4.4–9.7 ms per
+single call, 3.2 ms back to back)."""
 RSS_TIMEOUT_S = 1800.0
 
 
@@ -254,15 +261,18 @@ def _run_engines(
         config = (
             MeasureConfig(warmup=1, number=0, repeat=repeat, min_repeat_ms=5.0)
             if quick
-            else MeasureConfig(warmup=0, number=1, repeat=repeats)
+            else MeasureConfig(warmup=1, number=0, repeat=repeats, min_repeat_ms=BATCH_MS)
         )
         row["measure"] = {"warmup": config.warmup, "number": config.number,
-                          "repeat": config.repeat, "min_repeat_ms": config.min_repeat_ms}  # fmt: skip
+                          "repeat": config.repeat, "min_repeat_ms": config.min_repeat_ms,
+                          "pause_s": SETTLE_S if threads > 1 else 0.0}  # fmt: skip
         row["quiet_wait_s"] = contention.wait_until_quiet(quiet_wait_s) if quiet_wait_s else 0.0
         log(f"{name}: timing loomtune, ONNX Runtime and PyTorch interleaved ({config.repeat} ×)")
         before = contention.cpu_snapshot()
         fns = [lambda: model(*inputs), lambda: session.run(None, feed), torch_call]
-        timings = time_interleaved(fns, config)
+        # ONNX Runtime's and PyTorch's worker threads spin after a call and would take
+        # the second core from the engine timed next: let them sleep first.
+        timings = time_interleaved(fns, config, pause_s=SETTLE_S if threads > 1 else 0.0)
         row["others_load"] = contention.others_load(before, contention.cpu_snapshot())
         row["contended"] = contention.is_contended(row["others_load"])
         for engine, t in zip(ENGINES, timings):
