@@ -102,7 +102,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
         help="evo_replay, reuse, scheduler: seeds to take the median over (1)",
     )
     tune.add_argument(
-        "--suite-name", default=None, help="the result's suite (default tune, or tune_extras)"
+        "--suite-name",
+        default=None,
+        help="the result's suite (default tune; tune_only with --only; tune_extras)",
     )
     tune.add_argument(
         "--replay-trials",

@@ -106,7 +106,7 @@ TITLES = {
     "path": "PyTorch path",
     "matches": "matches its reference",
 }
-SECTION_TITLES = {"lowp": "int8 / bf16"}
+SECTION_TITLES = {"lowp": "int8 / bf16", "tune_only": "tuning, some workloads"}
 """Suites whose section is titled otherwise than by their name (which follows in brackets)."""
 YES_NO = {"correct", "matches"}
 PERCENT = {"gradient_change", "foresight_change", "gradient_below", "others"}

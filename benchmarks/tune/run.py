@@ -225,6 +225,14 @@ def _tune_rows(
     return rows
 
 
+def default_suite(kwargs: dict[str, Any]) -> str:
+    """`tune` for the whole suite; `tune_only` for a run of some workloads (`--only`), which
+    must not stand for the suite in the README; `tune_extras` for the extras alone."""
+    if not kwargs.get("main", True):
+        return "tune_extras"
+    return "tune_only" if kwargs.get("only") else "tune"
+
+
 def run_and_write(
     *,
     out_dir: Path,
@@ -276,7 +284,7 @@ def run_and_write(
     )
     result: dict[str, Any] = {
         **result_header(
-            suite=suite or ("tune" if kwargs.get("main", True) else "tune_extras"),
+            suite=suite or default_suite(kwargs),
             kind="tune",
             description=description,
             quick=bool(kwargs.get("quick")),

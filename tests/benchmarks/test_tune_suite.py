@@ -61,9 +61,10 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
         ]
     )
     assert code == 0
-    (path,) = tmp_path.glob("tune-*.json")
+    (path,) = tmp_path.glob("tune_only-*.json")
     result = json.loads(path.read_text(encoding="utf-8"))
-    assert result["suite"] == "tune" and result["kind"] == "tune" and result["quick"] is True
+    assert result["suite"] == "tune_only" and result["kind"] == "tune"  # --only: not the suite
+    assert result["quick"] is True
     details = result["tune"]
     assert details["trials"] == 4 and details["checkpoints"] == [4]
     assert details["strategy"] == "evolutionary"
