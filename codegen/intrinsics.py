@@ -137,21 +137,25 @@ def _vnni(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
 # AVX-512 BF16
 
 
-class _BFloatType(ll.Type):
-    """LLVM's `bfloat` (llvmlite has no class for it): only the dpbf16ps operands; values
-    of IR bfloat16 are i16 everywhere else (`emit_expr.BFLOAT16_BITS`)."""
+class _NamedType(ll.Type):
+    """An LLVM type llvmlite has no class for, spelled by its name (`bfloat`, `x86_amx`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def _to_string(self) -> str:
-        return "bfloat"
+        return self.name
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _BFloatType)
+        return isinstance(other, _NamedType) and other.name == self.name
 
     def __hash__(self) -> int:
-        return hash("bfloat")
+        return hash(self.name)
 
 
-_BFLOAT = _BFloatType()
+_BFLOAT = _NamedType("bfloat")
+"""Only the dpbf16ps operands; values of IR bfloat16 are i16 everywhere else
+(`emit_expr.BFLOAT16_BITS`)."""
 
 
 @register_implementation("avx512_bf16")
@@ -182,20 +186,8 @@ def _avx512_bf16(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
 # AMX
 
 
-class _AMXType(ll.Type):
-    """LLVM's `x86_amx`: a tile register value (llvmlite has no such type)."""
-
-    def _to_string(self) -> str:
-        return "x86_amx"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _AMXType)
-
-    def __hash__(self) -> int:
-        return hash("x86_amx")
-
-
-AMX = _AMXType()
+AMX = _NamedType("x86_amx")
+"""A tile register value."""
 
 
 def _amx_tile_product(f: FunctionEmitter, ops: Sequence[Operand], instr: str, size: int) -> None:
