@@ -140,10 +140,23 @@ class CompiledModel:
         for i, call in enumerate(self._calls):
             rc = call()
             if rc != 0:
-                task = self.tasks[self._kernel_task[self.steps[i].task]]
-                raise KernelRuntimeError(
-                    f"kernel {i} ({task.pattern}) failed with code {rc} (out of memory?)"
-                )
+                self._failed(i, rc)
+
+    def step_task(self, i: int) -> PlanTask:
+        """The task the i-th kernel call of an inference runs (in run order)."""
+        return self.tasks[self._kernel_task[self.steps[i].task]]
+
+    def run_step(self, i: int) -> None:
+        """Run the i-th kernel call alone, on what the arena holds: per-kernel profiles
+        time these (one inference is `run_step(0)` … `run_step(kernel_calls − 1)`)."""
+        rc = self._calls[i]()
+        if rc != 0:
+            self._failed(i, rc)
+
+    def _failed(self, i: int, rc: int) -> None:
+        raise KernelRuntimeError(
+            f"kernel {i} ({self.step_task(i).pattern}) failed with code {rc} (out of memory?)"
+        )
 
     def set_inputs(self, *arrays: np.ndarray, **named: np.ndarray) -> None:
         """Check the inputs against the graph's and copy them into the arena."""
@@ -157,4 +170,8 @@ class CompiledModel:
         """The outputs (fresh arrays) for these inputs: `model(x)` or `model(input=x)`."""
         self.set_inputs(*arrays, **named)
         self.run()
+        return self.read_outputs()
+
+    def read_outputs(self) -> list[np.ndarray]:
+        """Copies of the outputs the arena holds (after `run`, or the last `run_step`)."""
         return [np.array(a) for a in self._outputs]

@@ -33,7 +33,7 @@ import numpy as np
 
 from benchmarks import contention
 from benchmarks.common import REPO, Table, fmt_ms, fmt_ratio, result_header, utc_now
-from benchmarks.models import definitions
+from benchmarks.models import definitions, profile
 from benchmarks.models.rss import ENGINES
 from benchmarks.record import write_result
 from workers.compare import SETTLE_S
@@ -202,6 +202,10 @@ def measure_model(
     del graph, plan
     gc.collect()
     _run_engines(row, spec, path, model, out_names, quick, threads, seed, quiet_wait_s, log, repeat)
+    if row["correct"]:
+        profile.annotate(tasks, profile.task_times_ms(model))
+        for t in sorted(tasks, key=lambda t: -t.get("ms", 0.0))[:5]:
+            log(f"  {t['ms']:8.3f} ms  {t['count']:>3} × {t['pattern']}")
     del model
     gc.collect()
     if memory:
@@ -367,12 +371,16 @@ def run_and_write(
 
 def own_scaling(rows: list[dict[str, Any]]) -> None:
     """Each row above one thread gets `x_own_1thread`: loomtune's 1-thread time of that
-    model in this run over this row's (the second core's gain)."""
-    single = {r["model"]: r.get("loomtune_ms") for r in rows if r["threads"] == 1}
+    model in this run over this row's (the second core's gain); so do its profiled tasks."""
+    single = {r["model"]: r for r in rows if r["threads"] == 1}
     for r in rows:
-        one, ms = single.get(r["model"]), r.get("loomtune_ms")
-        if r["threads"] != 1 and one and ms:
-            r["x_own_1thread"] = one / ms
+        one = single.get(r["model"])
+        if r["threads"] == 1 or one is None:
+            continue
+        base, ms = one.get("loomtune_ms"), r.get("loomtune_ms")
+        if base and ms:
+            r["x_own_1thread"] = base / ms
+        profile.scaling(one.get("task_list", []), r.get("task_list", []))
 
 
 def _mb(row: dict[str, Any], engine: str, key: str = "peak_mb") -> float | None:
@@ -409,9 +417,11 @@ def report_tables(result: dict[str, Any]) -> list[tuple[str | None, Table, str |
         out.append(("Memory (MiB):", memory, note))
     for r in rows:
         tasks = (
-            ["count", "pattern", "FLOPs", "tuned"],
+            ["count", "pattern", "FLOPs", "tuned", "ms", "time", "× own 1 thread"],
             [[str(t["count"]), t["pattern"], f"{100 * t['flops_share']:.1f}%",
-              "yes" if t["tuned"] else "-"] for t in r["task_list"]],
+              "yes" if t["tuned"] else "-", fmt_ms(t.get("ms")),
+              f"{100 * t['time_share']:.1f}%" if "time_share" in t else "–",
+              fmt_ratio(t.get("x_own_1thread"))] for t in r["task_list"]],
         )  # fmt: skip
         out.append((f"{r['model']} ({r['description']}): tasks", tasks, None))
     return out

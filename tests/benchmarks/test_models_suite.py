@@ -76,6 +76,9 @@ def test_tuned_models_at_two_thread_counts_carry_tuning_and_own_scaling(
     assert [r["tuning"]["minutes"] for r in raw["rows"]] == [0.05, 0.03]
     assert one["x_own_1thread"] is None
     assert two["x_own_1thread"] == pytest.approx(one["loomtune_ms"] / two["loomtune_ms"], rel=1e-2)
+    tasks_one, tasks_two = (r["task_list"] for r in raw["rows"])
+    assert all(t["ms"] > 0 for t in tasks_one + tasks_two)  # every task profiled
+    assert all(t["x_own_1thread"] > 0 for t in tasks_two)
 
 
 @pytest.mark.parametrize(

@@ -64,6 +64,21 @@ def test_calls_are_repeatable_by_name_and_return_copies(compiled) -> None:
     assert not np.isnan(again[0]).any()
 
 
+def test_running_the_steps_one_by_one_is_one_inference(compiled) -> None:
+    """What per-kernel profiles rely on: the steps in order compute what `run` does."""
+    _, graph, model = compiled
+    rng = np.random.default_rng(5)
+    xs = [rng.uniform(-1, 1, t.shape).astype(np.float32) for _, t in graph.inputs]
+    expected = model(*xs)
+    model.set_inputs(*[np.zeros_like(x) for x in xs])
+    model.run()
+    model.set_inputs(*xs)
+    for i in range(model.kernel_calls):
+        model.run_step(i)
+        assert model.step_task(i) in model.tasks
+    np.testing.assert_array_equal(model.read_outputs()[0], expected[0])
+
+
 def test_one_kernel_per_distinct_task() -> None:
     plan = build_plan(load_onnx(encoder_layer(layers=2)))
     model = CompiledModel(plan)
