@@ -198,10 +198,20 @@ def measure_model(
     row["model_bytes"] = {"weights": model.weight_bytes, "arena": int(model.arena.nbytes)}
     for t in tasks:
         log(f"  {t['count']:>3} × {t['pattern']:<32} {100 * t['flops_share']:5.1f}% FLOPs")
+    # The second core's gain is timed in the same interleaved call as the rest: two rows
+    # timed minutes apart on a VM differ by its phases (MobileNetV2's own 2-thread gain
+    # read 1.53–1.75 over five runs of the same kernels).
+    single = None
+    if threads > 1:
+        log(f"{name}: compiling its 1-thread build too, timed beside")
+        single, _ = compile_model(plan, host_target(1), database=database)
     out_names = list(graph.outputs)
     del graph, plan
     gc.collect()
-    _run_engines(row, spec, path, model, out_names, quick, threads, seed, quiet_wait_s, log, repeat)
+    _run_engines(
+        row, spec, path, model, out_names, quick, threads, seed, quiet_wait_s, log, repeat, single
+    )
+    del single
     if row["correct"]:
         profile.annotate(tasks, profile.task_times_ms(model))
         for t in sorted(tasks, key=lambda t: -t.get("ms", 0.0))[:5]:
@@ -230,9 +240,11 @@ def _run_engines(
     quiet_wait_s: float,
     log: Callable[[str], None],
     repeat: int = 3,
+    single: Any = None,
 ) -> None:
     """Each engine's first call checked against ONNX Runtime's, then the interleaved
-    timing (skipped when loomtune is wrong); into `row`."""
+    timing (skipped when loomtune is wrong); into `row`. `single`: loomtune's 1-thread
+    build of the model, timed in the same call (`loomtune_1thread_ms`, `x_own_1thread`)."""
     import torch
 
     from service.model import check_outputs
@@ -274,6 +286,11 @@ def _run_engines(
         log(f"{name}: timing loomtune, ONNX Runtime and PyTorch interleaved ({config.repeat} ×)")
         before = contention.cpu_snapshot()
         fns = [lambda: model(*inputs), lambda: session.run(None, feed), torch_call]
+        if single is not None:
+            wrong, _ = check_outputs(single(*inputs), references, out_names)
+            row["single_message"] = wrong or ""
+            if wrong is None:
+                fns.append(lambda: single(*inputs))
         # ONNX Runtime's and PyTorch's worker threads spin after a call and would take
         # the second core from the engine timed next: let them sleep first.
         timings = time_interleaved(fns, config, pause_s=SETTLE_S if threads > 1 else 0.0)
@@ -284,6 +301,10 @@ def _run_engines(
             row[f"{engine}_ms"] = t.median_ms
         row["x_onnxruntime"] = row["onnxruntime_ms"] / row["loomtune_ms"]
         row["x_torch"] = row["torch_ms"] / row["loomtune_ms"]
+        if len(timings) > len(ENGINES):
+            row["loomtune_1thread"] = _timing_dict(timings[-1])
+            row["loomtune_1thread_ms"] = timings[-1].median_ms
+            row["x_own_1thread"] = timings[-1].median_ms / row["loomtune_ms"]
 
 
 def run_and_write(
@@ -370,15 +391,16 @@ def run_and_write(
 
 
 def own_scaling(rows: list[dict[str, Any]]) -> None:
-    """Each row above one thread gets `x_own_1thread`: loomtune's 1-thread time of that
-    model in this run over this row's (the second core's gain); so do its profiled tasks."""
+    """Each row above one thread without its own `x_own_1thread` (its 1-thread build timed
+    beside it) gets loomtune's 1-thread row of that model in this run over this row's (the
+    second core's gain); its profiled tasks get theirs."""
     single = {r["model"]: r for r in rows if r["threads"] == 1}
     for r in rows:
         one = single.get(r["model"])
         if r["threads"] == 1 or one is None:
             continue
         base, ms = one.get("loomtune_ms"), r.get("loomtune_ms")
-        if base and ms:
+        if base and ms and r.get("x_own_1thread") is None:
             r["x_own_1thread"] = base / ms
         profile.scaling(one.get("task_list", []), r.get("task_list", []))
 

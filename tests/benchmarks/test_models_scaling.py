@@ -22,6 +22,9 @@ def test_rows_above_one_thread_get_their_gain_over_the_models_one_thread_row() -
     assert rows[1]["x_own_1thread"] == pytest.approx(10 / 6)
     assert "x_own_1thread" not in rows[0] and "x_own_1thread" not in rows[2]
     assert "x_own_1thread" not in rows[4]
+    timed_beside = {"model": "a", "threads": 2, "loomtune_ms": 6.0, "x_own_1thread": 1.9}
+    own_scaling([rows[0], timed_beside])  # its 1-thread build timed in its own call wins
+    assert timed_beside["x_own_1thread"] == 1.9
 
 
 def test_thread_counts_parse_lists_and_refuse_nonsense() -> None:
