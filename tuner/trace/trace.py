@@ -204,7 +204,8 @@ class Trace:
             elif k == "tensorize":
                 call = f"sch.tensorize({args[0]}, {attrs['intrinsic']!r})"
             elif k == "pack_panels":
-                call = f"sch.pack_panels({args[0]}, {attrs['buffer']!r}, {args[1]})"
+                axis = f", axis={attrs['axis']}" if "axis" in attrs else ""
+                call = f"sch.pack_panels({args[0]}, {attrs['buffer']!r}, {args[1]}{axis})"
             elif k == "sample_perfect_tile":
                 call = (
                     f"sch.sample_perfect_tile({args[0]}, n={attrs['n']}, "
