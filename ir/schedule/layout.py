@@ -57,22 +57,15 @@ class IndexMap(Node):
         return tuple(substitute(e, mapping) for e in self.dst)  # type: ignore[misc]
 
 
-def panel_map(factor: int, ndim: int = 2, axis: int = -1) -> IndexMap:
+def panel_map(factor: int, ndim: int = 2) -> IndexMap:
     """B[k, n] -> Bp[n // factor, k, n % factor]: column panels of width `factor`.
 
     For `ndim` > 2 the last axis is split the same way and its panel index goes
-    first: W[a, b, c, n] -> Wp[n // factor, a, b, c, n % factor]. Another `axis`
-    makes row panels the same way: A[i, k] with axis 0 -> Ap[i // factor, k, i % factor]
-    (GEMM's packed A: a register tile's rows at one k are adjacent).
+    first: W[a, b, c, n] -> Wp[n // factor, a, b, c, n % factor].
     """
     if factor < 1 or ndim < 1:
         raise ScheduleError(f"panel_map: panel width {factor} and rank {ndim} must be positive")
-    if not -ndim <= axis < ndim:
-        raise ScheduleError(f"panel_map: axis {axis} is out of range for rank {ndim}")
-    a = axis % ndim
-    return IndexMap.from_callable(
-        ndim, lambda *x: (x[a] // factor, *x[:a], *x[a + 1 :], x[a] % factor)
-    )
+    return IndexMap.from_callable(ndim, lambda *x: (x[-1] // factor, *x[:-1], x[-1] % factor))
 
 
 def transform_layout(
@@ -139,11 +132,8 @@ def transform_layout(
     return _install(program, r, buffer, imap, packed, nest), packed.name
 
 
-def pack_panels(
-    program: Program, block: str, buffer: str, width: int, axis: int = -1
-) -> tuple[Program, str]:
-    """`transform_layout` by `panel_map(width, axis=axis)`, the copy iterating over the
-    packed layout.
+def pack_panels(program: Program, block: str, buffer: str, width: int) -> tuple[Program, str]:
+    """`transform_layout` by `panel_map(width)`, the copy iterating over the packed layout.
 
         for ax0, ax1, ax2 in grid(N/w, K, w):
           with block("B_packed"): B_packed[v0, v1, v2] = B[v1, v0 * w + v2]
@@ -153,17 +143,13 @@ def pack_panels(
     reads, while they are hot (dense 128x768->3072 reads 9.4 MB of W; packed whole
     up front it goes to memory and back once more). Its last loop is one panel
     row, contiguous in both buffers, so it vectorizes. Where `width` does not
-    divide the panelled extent, the last panel's padding repeats the last column
-    (clamped: no read out of bounds; nobody reads the padding). `axis` other than
-    the last packs row panels (A[i, k] by axis 0: Ap[i // w, k, i % w]); their
-    copy gathers a panel row across `width` source rows.
+    divide the last extent, the last panel's padding repeats the last column
+    (clamped: no read out of bounds; nobody reads the padding).
     """
     r, src_buf, shape = _source(program, block, buffer)
-    imap = panel_map(width, len(shape), axis)
-    a = axis % len(shape)
-    n = shape[a]
-    rest = (*shape[:a], *shape[a + 1 :])
-    new_shape = (-(-n // width), *rest, width)
+    imap = panel_map(width, len(shape))
+    n = shape[-1]
+    new_shape = (-(-n // width), *shape[:-1], width)
     names = fresh_names(program)
     packed = Buffer(
         names.fresh(f"{buffer}_packed"), tuple(Const(s, "int64") for s in new_shape), src_buf.dtype
@@ -174,11 +160,10 @@ def pack_panels(
         for lv, s in zip(loop_vars, new_shape)
     ]
     dst_idx = tuple(iv.var for iv in iter_vars)
-    line: Expr = simplify_expr(dst_idx[0] * width + dst_idx[-1])
+    column: Expr = simplify_expr(dst_idx[0] * width + dst_idx[-1])
     if n % width:
-        line = minimum(line, Const(n - 1, "int64"))
-    others = dst_idx[1:-1]
-    src_idx = (*others[:a], line, *others[a:])
+        column = minimum(column, Const(n - 1, "int64"))
+    src_idx = (*dst_idx[1:-1], column)
     nest = _copy_nest(packed, src_buf, src_idx, dst_idx, loop_vars, iter_vars)
     return _install(program, r, buffer, imap, packed, nest), packed.name
 

@@ -137,12 +137,11 @@ class Schedule:
             self._apply(layout.transform_layout, block_name(block), buffer, index_map, inverse)
         )
 
-    def pack_panels(self, block: BlockRV | str, buffer: str, width: int, axis: int = -1) -> BlockRV:
-        """Pack `buffer` into panels of `width` along `axis` (default the last: column panels;
-        `layout.pack_panels`); returns the packing block."""
+    def pack_panels(self, block: BlockRV | str, buffer: str, width: int) -> BlockRV:
+        """Pack `buffer` into column panels of `width` (`layout.pack_panels`); returns the packing block."""
         from ir.schedule import layout
 
-        return BlockRV(self._apply(layout.pack_panels, block_name(block), buffer, width, axis))
+        return BlockRV(self._apply(layout.pack_panels, block_name(block), buffer, width))
 
     # -- tensor intrinsics ----------------------------------------------------------
 

@@ -204,8 +204,7 @@ class Trace:
             elif k == "tensorize":
                 call = f"sch.tensorize({args[0]}, {attrs['intrinsic']!r})"
             elif k == "pack_panels":
-                axis = f", axis={attrs['axis']}" if "axis" in attrs else ""
-                call = f"sch.pack_panels({args[0]}, {attrs['buffer']!r}, {args[1]}{axis})"
+                call = f"sch.pack_panels({args[0]}, {attrs['buffer']!r}, {args[1]})"
             elif k == "sample_perfect_tile":
                 call = (
                     f"sch.sample_perfect_tile({args[0]}, n={attrs['n']}, "

@@ -305,22 +305,18 @@ class TracedSchedule:
             lambda: self.sch.transform_layout(block, buffer, index_map, inverse),
         )
 
-    def pack_panels(self, block: BlockRV, buffer: str, width: int, axis: int = -1) -> BlockRef:
+    def pack_panels(self, block: BlockRV, buffer: str, width: int) -> BlockRef:
         """`Schedule.pack_panels`, `width` possibly sampled.
 
         Recorded with `width` as an input, not as a literal index map, so a trace
         whose tile sizes are mutated or repaired packs panels as wide as its new
-        vector (or row) tile instead of keeping the old width. `axis` is recorded
-        only when it is not the last (traces stored before row panels replay as they were).
+        vector tile instead of keeping the old width.
         """
-        attrs: dict[str, Any] = {"buffer": buffer}
-        if axis != -1:
-            attrs["axis"] = axis
         return self._record(
             "pack_panels",
             (block, width),
-            attrs,
-            lambda: self.sch.pack_panels(block, buffer, int(width), axis),
+            {"buffer": buffer},
+            lambda: self.sch.pack_panels(block, buffer, int(width)),
         )
 
     def pad_einsum(self, block: BlockRV, padding: Sequence[int]) -> None:
@@ -573,10 +569,7 @@ def replay_instruction(
     elif k == "pack_panels":
         if isinstance(args[1], bool) or not isinstance(args[1], int):
             raise TraceError(f"pack_panels: panel width {args[1]!r} is not an integer")
-        axis = attrs.get("axis", -1)
-        if isinstance(axis, bool) or not isinstance(axis, int):
-            raise TraceError(f"pack_panels: panel axis {axis!r} is not an integer")
-        out = sch.pack_panels(_handle(args[0], k), attrs["buffer"], args[1], axis)
+        out = sch.pack_panels(_handle(args[0], k), attrs["buffer"], args[1])
     elif k == "sample_perfect_tile":
         out = sch.sample_perfect_tile(
             _handle(args[0], k),

@@ -17,8 +17,7 @@ from tuner.space.sketch import sketch
 def test_matmul_sketch(golden) -> None:  # type: ignore[no-untyped-def]
     task = library_task("matmul", {"m": 96, "n": 64, "k": 48})
     space = default_space(task.program, AVX2_2_THREADS)
-    # a seed that packs B into 16-wide column panels and A into 6-row panels (a 6 x 16 register tile)
-    trace = space.sample(random.Random(55))
+    trace = space.sample(random.Random(2))  # a seed that packs B and unrolls a 6 x 16 register tile
     golden("matmul_sketch.txt", sketch(task.program, trace))
 
     rules = space.rule_part(trace)

@@ -138,14 +138,9 @@ def _structure(trace: Trace) -> list[str]:
     return [i.kind for i in trace.instructions if not i.is_sampling]
 
 
-def _packed(trace: Trace) -> set[str]:
-    return {i.attr("buffer") for i in trace.instructions if i.kind == "pack_panels"}
-
-
 def test_a_structural_mutation_is_re_derived_keeping_the_other_decisions() -> None:
-    """Flipping one of matmul's pack choices (B's column panels, A's row panels) adds or drops
-    that packing (and its copy's split and loop annotations), keeps every tile size, and
-    compiles to a correct kernel."""
+    """Flipping matmul's pack choice adds or drops the packing (and its copy's split and
+    loop annotations), keeps every tile size, and compiles to a correct kernel."""
     task = odd_task("matmul")
     space = default_space(task.program, AVX2_2_THREADS)
     mutator = MUTATORS.create("structure")
@@ -155,18 +150,17 @@ def test_a_structural_mutation_is_re_derived_keeping_the_other_decisions() -> No
         trace = space.sample(random.Random(seed))
         rules = space.rule_part(trace)
         assert rules is not None
-        sites = structural_categoricals(rules)
-        packed = _packed(trace)
-        assert 1 <= len(sites) <= 2 and sum(rules.decisions[s] for s in sites) == len(packed)
+        (site,) = structural_categoricals(rules)
+        packed = any(i.kind == "pack_panels" for i in trace.instructions)
+        assert rules.decisions[site] == int(packed)
         # Re-deriving an unchanged rule part gives the same trace back.
         assert space.rederive(rules, random.Random(99)).hash == trace.hash
         changed = mutator.apply(rules, random.Random(seed), space.context)
-        assert changed is not None
-        assert sum(changed.decisions[s] != rules.decisions[s] for s in sites) == 1
+        assert changed is not None and changed.decisions[site] != rules.decisions[site]
         # Replaying the flipped decision alone changes nothing: the rule decided in Python.
         assert _structure(space.complete(changed)) == _structure(trace)
         mutant = space.rederive(changed, random.Random(seed))
-        assert len(_packed(mutant) ^ packed) == 1
+        assert any(i.kind == "pack_panels" for i in mutant.instructions) is not packed
         new_rules = space.rule_part(mutant)
         assert new_rules is not None
 

@@ -87,7 +87,6 @@ class MultiLevelTiling(ScheduleRule):
         max_reduce_factor: int = 256,
         write_levels: Sequence[int] = (1, 2),
         pack_probability: float = 0.5,
-        pack_rows_probability: float = 0.5,
         max_accumulators: int | None = None,
     ) -> None:
         if set(structure) != {"S", "R"}:
@@ -98,7 +97,6 @@ class MultiLevelTiling(ScheduleRule):
         self.max_reduce_factor = max_reduce_factor
         self.write_levels = tuple(write_levels)
         self.pack_probability = pack_probability
-        self.pack_rows_probability = pack_rows_probability
         self.max_accumulators = max_accumulators
 
     @staticmethod
@@ -145,17 +143,8 @@ class MultiLevelTiling(ScheduleRule):
             for lp, (_, n, bound), decision, role in zip(loops, shapes, drawn, roles)
         ]
 
-        # 2. sampled choices: pack the weight into panels as wide as the vector tile, and the
-        # other operand into row panels as tall as the register tile
+        # 2. a sampled choice: pack the weight into panels as wide as the vector tile
         pack = self._maybe_pack(sch, b, r, vector_axis, tiles[vector_axis][-1])
-        row_axis = max(
-            (k for k, role in enumerate(roles[:vector_axis]) if role == "spatial"), default=None
-        )
-        row_pack = (
-            None
-            if row_axis is None
-            else self._maybe_pack_rows(sch, b, r, row_axis, vector_axis, tiles[row_axis][-1])
-        )
 
         # 3. split and reorder S0 S1 R0 S2 R1 S3
         parts = [sch.split(lp, f) for lp, f in zip(loops, tiles)]
@@ -182,10 +171,6 @@ class MultiLevelTiling(ScheduleRule):
                 "S"
             )  # S levels outside every R
             self._place_pack(sch, pack, parts[vector_axis][:outside])
-        if row_pack is not None:
-            assert row_axis is not None
-            outside = self.structure[: self.structure.index("R")].count("S")
-            self._place_pack(sch, row_pack, parts[row_axis][:outside])
 
         # 4. the local accumulator, its write-back (with element-wise consumers folded in)
         output = written_buffer(r)
@@ -288,37 +273,6 @@ class MultiLevelTiling(ScheduleRule):
             return sch.pack_panels(
                 block, rd.buffer.name, width
             )  # width: the tile's RV, not a literal
-        return None
-
-    def _maybe_pack_rows(
-        self,
-        sch: TracedSchedule,
-        block: BlockRef,
-        r: BlockRealize,
-        row_axis: int,
-        vector_axis: int,
-        height: IntRV,
-    ) -> BlockRef | None:
-        """Row panels of the input read along the register tile's rows (matmul's A[i, k]):
-        `pack_panels` along that axis, `height` (the tile's RV) rows a panel, so the rows
-        one k step of the register tile broadcasts are adjacent, as in the libraries' packed
-        A (strided, its rows 4 KiB apart alias in L1 for K = 1024). A sampled choice."""
-        iv = r.block.iter_vars[row_axis].var
-        vector_iv = r.block.iter_vars[vector_axis].var
-        inputs = {b.name for b in sch.program.inputs}
-        for rd in r.block.reads:
-            shape = rd.buffer.concrete_shape()
-            if rd.buffer.name not in inputs or len(shape) < 2:
-                continue
-            axes = [a for a, rng in enumerate(rd.region) if rng.min == iv]
-            used = {n for rng in rd.region for n in walk(rng.min) if isinstance(n, Var)}
-            if len(axes) != 1 or vector_iv in used or not 1 < height < shape[axes[0]]:
-                continue
-            p = self.pack_rows_probability
-            if p <= 0 or int(sch.sample_categorical([0, 1], [1 - p, p])) == 0:
-                return None
-            axis = axes[0] - len(shape)  # counted from the end: -1 stays the column default
-            return sch.pack_panels(block, rd.buffer.name, height, axis)
         return None
 
     @staticmethod
