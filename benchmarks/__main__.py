@@ -127,6 +127,13 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
         help="tune and compare every workload at each thread count (default 1,2)",
     )
     tune.add_argument(
+        "--parallel-only",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated workloads: thread counts above 1 only for these (default every "
+        "workload at every count)",
+    )
+    tune.add_argument(
         "--layers",
         action="store_true",
         help="BERT-base's and ResNet-18's layer shapes as extra rows (slow: 7 more workloads)",
@@ -405,7 +412,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
     from benchmarks import common, report
     from benchmarks.tune import report as tune_report
     from benchmarks.tune.run import run_and_write
-    from benchmarks.tune.suite import EXTRAS
+    from benchmarks.tune.suite import EXTRAS, select, thread_rows
 
     if args.with_tvm:
         from benchmarks.tune import tvm_ref
@@ -420,6 +427,15 @@ def _tune(args: argparse.Namespace, command: str) -> int:
     if unknown:
         print(f"unknown extras {unknown}; expected some of {list(EXTRAS)}", file=sys.stderr)
         return 2
+    try:  # a --parallel-only name this run has no workload of: one line, before any tuning
+        thread_rows(
+            select(quick=args.quick, only=_names(args.only), layers=args.layers, small=True),
+            args.threads,
+            _names(args.parallel_only),
+        )
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
     result, path = run_and_write(
         out_dir=args.out or common.RESULTS_DIR,
         record=args.record or common.RECORD,
@@ -432,6 +448,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
         extras=extras,
         layers=args.layers,
         threads=args.threads,
+        parallel_only=_names(args.parallel_only),
         seed=args.seed,
         quiet_wait_s=_quiet_wait(args),
         strategy=args.strategy,

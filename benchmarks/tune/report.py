@@ -204,6 +204,11 @@ def _threads_text(tune: dict[str, Any]) -> str:
     if threads == [1]:
         return "1 thread"
     listed = " and ".join(str(n) for n in threads)
+    if tune.get("parallel_only"):
+        return (
+            f"{listed} threads (above 1 thread only {', '.join(tune['parallel_only'])}; "
+            "each tuned and compared at each)"
+        )
     return f"{listed} threads (each workload tuned and compared at each)"
 
 

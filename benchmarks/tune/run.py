@@ -20,7 +20,14 @@ from benchmarks.tune.extras.scheduler import SCHEDULER_ARMS, scheduler
 from benchmarks.tune.neighbour import MIB as NEIGHBOUR_MIB
 from benchmarks.tune.plot import plot
 from benchmarks.tune.report import headline
-from benchmarks.tune.suite import EXTRAS, REUSE_FROM, SuiteWorkload, checkpoints, select
+from benchmarks.tune.suite import (
+    EXTRAS,
+    REUSE_FROM,
+    SuiteWorkload,
+    checkpoints,
+    select,
+    thread_rows,
+)
 from benchmarks.tune.torch_ref import torch_version
 from benchmarks.tune.tuning import tune_one
 from benchmarks.tune.tvm import tvm_goal, tvm_reference, tvm_row
@@ -38,6 +45,7 @@ def run(
     extras: Sequence[str] = (),
     layers: bool = False,
     threads: Sequence[int] = (1,),
+    parallel_only: Sequence[str] | None = None,
     seed: int = 0,
     quiet_wait_s: float = 0.0,
     strategy: str = "evolutionary",
@@ -58,7 +66,8 @@ def run(
     extras that need no main run (``scheduler``) run. With `layers`, BERT-base's
     and ResNet-18's layer shapes follow the suite's workloads as rows (not in
     the extras). Each workload is tuned and compared at each of `threads`
-    (numpy and PyTorch limited to the same count). With `with_tvm`, TVM
+    (numpy and PyTorch limited to the same count); with `parallel_only`, the counts above
+    one only for the workloads it names (`suite.thread_rows`). With `with_tvm`, TVM
     MetaSchedule tunes each workload first (or its cached records are used,
     ``benchmarks.tune.tvm_ref``) and its best kernel joins the final timing at
     1 thread. With `neighbour`, each 1-thread row's final kernel, numpy and PyTorch are
@@ -67,6 +76,7 @@ def run(
     """
     workloads = select(quick=quick, only=only)
     rows_of = select(quick=quick, only=only, layers=layers, small=True)
+    row_plan = thread_rows(rows_of, threads, parallel_only)
     measure = (
         MeasureConfig(warmup=1, repeat=3, min_repeat_ms=5.0)
         if quick
@@ -78,6 +88,7 @@ def run(
         "checkpoints": checkpoints(trials),
         "torch": torch_version() if with_torch else None,
         "threads": list(threads),
+        "parallel_only": list(parallel_only) if parallel_only is not None else None,
         "layers": layers,
         **_timing_settings(measure, quick),
         "usable_cores": len(os.sched_getaffinity(0)),
@@ -105,7 +116,7 @@ def run(
         if main:
             rows = _tune_rows(
                 ctx,
-                [(w, n) for w in rows_of for n in threads],
+                row_plan,
                 trials=trials,
                 strategy=strategy,
                 tvm=extra["tvm"],
@@ -272,6 +283,11 @@ def run_and_write(
         )
         + f" on numpy-allocated arrays, at {' and '.join(map(str, kwargs.get('threads', (1,))))} "
         "thread(s)"
+        + (
+            f" (above 1 thread only {', '.join(kwargs['parallel_only'])})"
+            if kwargs.get("parallel_only")
+            else ""
+        )
         + (
             "; at 1 thread also alone and beside a memory-bandwidth neighbour on the other core"
             if kwargs.get("neighbour")

@@ -129,6 +129,28 @@ def select(
     return workloads
 
 
+def thread_rows(
+    workloads: Sequence[SuiteWorkload],
+    threads: Sequence[int],
+    parallel_only: Sequence[str] | None = None,
+) -> list[tuple[SuiteWorkload, int]]:
+    """(workload, thread count) for each row, workload by workload: every workload at every
+    count, or, with `parallel_only` (short or full names), the counts above one only for the
+    workloads it names (issue 36's 2-thread rows are two of the seventeen)."""
+    if parallel_only is not None:
+        known = {n for w in workloads for n in (short_name(w).lower(), w.name.lower())}
+        unknown = [n for n in parallel_only if n.strip().lower() not in known]
+        if unknown:
+            raise ValueError(f"--parallel-only: no workload named {', '.join(unknown)} in this run")
+    wanted = None if parallel_only is None else {n.strip().lower() for n in parallel_only}
+    return [
+        (w, n)
+        for w in workloads
+        for n in threads
+        if n == 1 or wanted is None or {short_name(w).lower(), w.name.lower()} & wanted
+    ]
+
+
 # The tuning suite's goals, per workload: (op, params) -> (ratio to numpy, after how many
 # trials (None: the final kernel), most seconds of tuning (None: no limit)).
 GOALS: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[float, int | None, float | None]] = {

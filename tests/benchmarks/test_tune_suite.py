@@ -20,6 +20,7 @@ from benchmarks.tune import report as tune_report
 from benchmarks.tune import run as tune_run
 from benchmarks.tune import suite as tune_suite
 from benchmarks.tune.extras import evo_replay as tune_evo
+from benchmarks.tune.suite import select, thread_rows
 from ir.task import library_task
 from workers.timing import MeasureConfig
 
@@ -52,6 +53,8 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
             "--only",
             f"matmul,{CONV}",
             "--layers",
+            "--parallel-only",
+            "matmul",
             "--extras",
             "evo_replay",
             "--replay-trials",
@@ -81,13 +84,14 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     )
     assert "reuse" in details["not_done"] and "scheduler" in details["not_done"]
 
-    # --layers: the layer row after the suite's; each at 1 and 2 threads (the default)
+    # --layers: the layer row after the suite's; at 1 and 2 threads (the default), the second
+    # only for --parallel-only's matmul
     assert details["threads"] == [1, 2] and details["layers"] is True
+    assert details["parallel_only"] == ["matmul"]
     assert [(r["case"], r["threads"]) for r in result["rows"]] == [
         ("matmul 32³", 1),
         ("matmul 32³, 2 threads", 2),
         (CONV, 1),
-        (f"{CONV}, 2 threads", 2),
     ]
     for r in result["rows"]:
         _assert_compared_on_numpy_arrays(r, details["torch"] is not None)
@@ -135,7 +139,7 @@ def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
     assert result["peak_gflops"] > 0
     headers, cells = tune_report.main_table(result)
     assert cells[0][headers.index("aligned gap")] == f"{row['align_gap']:+.1%}"
-    assert "1 and 2 threads" in tune_report.note(result)
+    assert "1 and 2 threads (above 1 thread only matmul;" in tune_report.note(result)
     fraction = cells[0][headers.index("% of peak")]
     assert fraction == f"{row['gflops'] / result['peak_gflops']:.0%}"
     assert f"{result['peak_gflops']:.0f} GFLOP/s" in tune_report.note(result)
@@ -522,3 +526,20 @@ def test_head_to_head_times_verified_kernels_of_each_run_in_one_call(tmp_path: P
         )
         is None
     )
+
+
+def test_parallel_only_keeps_the_rows_above_one_thread_of_the_workloads_it_names() -> None:
+    rows = select(layers=True, small=True)
+    plan = thread_rows(rows, [1, 2], ["matmul 1024³", "dense+bias+relu 128×768→3072"])
+    assert [w for w, n in plan if n == 1] == rows  # every workload at 1 thread, in order
+    assert [w.name for w, n in plan if n == 2] == ["matmul 1024³", "dense+bias+relu 128×768→3072"]
+    assert plan.index((rows[1], 2)) == plan.index((rows[1], 1)) + 1  # next to its 1-thread row
+    assert thread_rows(rows, [1, 2]) == [(w, n) for w in rows for n in (1, 2)]
+    with pytest.raises(ValueError, match="no workload named softmax 16×16"):
+        thread_rows(rows, [1, 2], ["softmax 16×16"])
+
+
+def test_an_unknown_parallel_only_name_is_one_line_before_any_tuning(capsys) -> None:  # type: ignore[no-untyped-def]
+    code = main(["tune", "--quick", "--only", "matmul", "--parallel-only", "dense"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == "--parallel-only: no workload named dense in this run"
