@@ -122,11 +122,13 @@ def select(
     if layers:
         workloads += QUICK_LAYERS if quick else LAYERS
     if only:
-        wanted = {name.strip().lower() for name in only}
-        workloads = [
-            w for w in workloads if short_name(w).lower() in wanted or w.name.lower() in wanted
-        ]
+        workloads = [w for w in workloads if is_named(w, only)]
     return workloads
+
+
+def is_named(w: SuiteWorkload, names: Sequence[str]) -> bool:
+    """Whether one of `names` (short or full, any case) names `w`."""
+    return bool({short_name(w).lower(), w.name.lower()} & {n.strip().lower() for n in names})
 
 
 def thread_rows(
@@ -138,16 +140,14 @@ def thread_rows(
     count, or, with `parallel_only` (short or full names), the counts above one only for the
     workloads it names (issue 36's 2-thread rows are two of the seventeen)."""
     if parallel_only is not None:
-        known = {n for w in workloads for n in (short_name(w).lower(), w.name.lower())}
-        unknown = [n for n in parallel_only if n.strip().lower() not in known]
+        unknown = [n for n in parallel_only if not any(is_named(w, [n]) for w in workloads)]
         if unknown:
             raise ValueError(f"--parallel-only: no workload named {', '.join(unknown)} in this run")
-    wanted = None if parallel_only is None else {n.strip().lower() for n in parallel_only}
     return [
         (w, n)
         for w in workloads
         for n in threads
-        if n == 1 or wanted is None or {short_name(w).lower(), w.name.lower()} & wanted
+        if n == 1 or parallel_only is None or is_named(w, parallel_only)
     ]
 
 
