@@ -193,7 +193,8 @@ def _models_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     models.add_argument(
         "--tune-minutes", type=_minutes, default=None, metavar="M[,M…]",
-        help="tune each model for up to M minutes before timing it: one M for every thread "
+        help="tune each model for up to M minutes in all (finalists' re-times included) before "
+        "timing it: one M for every thread "
         "count, or one per thread count in --threads order (e.g. 30,10)",
     )  # fmt: skip
     models.add_argument(

@@ -13,6 +13,7 @@ is the model's in all, so that tuning it again measures only what is left.
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from service.model import ModelCheck, Schedules
 from tuner.database import Database, TuningRecord
 from tuner.runner import Runner
 from tuner.search.loop import DEFAULT_BATCH, StopRuleLike, Trial, TuneRun, tune_loop
+from tuner.search.stopping import AnyOf, TimeBudget
 from tuner.search.strategy import SearchContext, default_strategy, make_strategy
 from tuner.space.base import DesignSpace
 from tuner.trace.trace import Trace
@@ -412,6 +414,11 @@ def _shares(tasks: Sequence[ModelTaskState]) -> None:
         t.share = t.count * t.best_ms / total if t.best_ms is not None and total > 0 else None
 
 
+FINISH_S_PER_TASK = 4.0
+"""Seconds a time-bounded model run keeps back per task for finishing it (re-timing its
+finalists, compiling the winner; docs/decisions.md, Models)."""
+
+
 class ModelTuning:
     """Tuning one model: `--trials` is the model's whole budget on this target.
 
@@ -421,6 +428,11 @@ class ModelTuning:
     starts from their records. The budget goes to the tasks with the task scheduler,
     each weighted by how often it runs; its gradient policy weighs count × best latency,
     so as measurements arrive the tasks that dominate the model's time get more.
+
+    `time_budget_s` bounds the whole of `tune` and `finish` from construction: tuning
+    stops early enough to leave `FINISH_S_PER_TASK` per task (at most a quarter of the
+    budget) for finishing, and finishing re-times the tasks in order of their share of
+    the model's time while the budget lasts (the rest keep their tuning medians' best).
     """
 
     def __init__(
@@ -432,6 +444,7 @@ class ModelTuning:
         seed: int = 0,
         strategy: str | None = None,
         database: Database | None = None,
+        time_budget_s: float | None = None,
     ) -> None:
         from ir.graph.plan import build_plan
         from service.model import load_graph
@@ -459,6 +472,9 @@ class ModelTuning:
         self.interrupted = False
         self.stopped_by: str | None = None
         self.seconds = 0.0
+        self.deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
+        self.not_retimed: list[str] = []
+        """Patterns of the tasks this run measured whose finalists the budget left un-timed."""
 
     def tune(
         self,
@@ -470,10 +486,16 @@ class ModelTuning:
     ) -> int:
         """Measure the remaining budget; `on_trial(task index, trial)` after each result, with
         the task's `best_ms` already updated. How many trials were done."""
-        import time
 
         if self.remaining == 0:
             return 0
+        if self.deadline is not None:
+            budget = self._tuning_seconds()
+            if budget <= 0:
+                self.stopped_by = "time budget spent before tuning"
+                return 0
+            rule = TimeBudget(budget)
+            stop_rule = rule if stop_rule is None else AnyOf([rule, stop_rule])
         start = time.perf_counter()
         own_runner = runner is None
         if runner is None:
@@ -504,14 +526,33 @@ class ModelTuning:
         self.runs = [s.run for s in scheduler.tasks]
         return done
 
+    def _tuning_seconds(self) -> float:
+        """What the time budget leaves for tuning once finishing is kept back."""
+
+        assert self.deadline is not None
+        left = self.deadline - time.monotonic()
+        return left - min(FINISH_S_PER_TASK * len(self.tasks), left / 4)
+
     def finish(self, *, check: bool = True, timing: bool = True) -> ModelTuneResult:
         """Re-time the finalists of every task this run measured (the database's best from
-        then on), compile the model with the best schedules, and (`check`) verify it and time
+        then on) — the largest shares of the model's time first, while the time budget
+        lasts — compile the model with the best schedules, and (`check`) verify it and time
         it against ONNX Runtime."""
+
         from service.model import check_model, compile_model
 
-        for plan_task, state in zip(self.plan.tasks, self.tasks):
-            if state.trials_done:
+        by_share = sorted(
+            zip(self.plan.tasks, self.tasks),
+            key=lambda pair: -(pair[1].count * (pair[1].best_ms or 0.0)),
+        )
+        for plan_task, state in by_share:
+            if (
+                state.trials_done
+                and self.deadline is not None
+                and time.monotonic() >= self.deadline
+            ):
+                self.not_retimed.append(state.pattern)
+            elif state.trials_done:
                 _finish(
                     plan_task.task,
                     self.target,

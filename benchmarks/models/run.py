@@ -132,21 +132,30 @@ def tune_first(
 ) -> dict[str, Any]:
     """`loomtune tune --model` with a time budget: its wall time and trials, for the row."""
     from service.tuning import ModelTuning
-    from tuner.search.stopping import stopping_rules
 
     minutes = tuning.minutes_at(threads)
     start = time.perf_counter()
-    state = ModelTuning(path, trials=tuning.trials, threads=threads, seed=seed, database=database)
+    state = ModelTuning(
+        path,
+        trials=tuning.trials,
+        threads=threads,
+        seed=seed,
+        database=database,
+        time_budget_s=minutes * 60.0,
+    )
     stored = tuning.trials - state.remaining
-    log(f"tuning {Path(path).name} for up to {minutes:g} min ({stored} trials stored)")
-    done = state.tune(stop_rule=stopping_rules(minutes * 60.0, None))
+    log(f"tuning {Path(path).name} for up to {minutes:g} min in all ({stored} trials stored)")
+    done = state.tune()
     state.finish(check=False)
+    if state.not_retimed:
+        log(f"the budget left {len(state.not_retimed)} task(s) without a finalists' re-time")
     return {
         "tuning_s": time.perf_counter() - start,
         "trials_new": done,
         "trials": stored + done,
         "minutes": minutes,
         "stopped_by": state.stopped_by,
+        "not_retimed": len(state.not_retimed),
     }
 
 

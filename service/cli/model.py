@@ -241,6 +241,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
         threads=args.threads,
         seed=args.seed,
         strategy=args.strategy,
+        time_budget_s=args.time_budget,
     )
     spent = sum(t.stored for t in tuning.tasks)
     if tuning.remaining == 0:
@@ -254,7 +255,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
             tuning.tune(
                 on_trial=on_trial,
                 should_stop=should_stop,
-                stop_rule=stopping_rules(args.time_budget, args.early_stop),
+                stop_rule=stopping_rules(None, args.early_stop),
             )
         if tuning.interrupted:
             log("stopped: interrupted; what was measured is stored")

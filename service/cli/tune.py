@@ -66,7 +66,8 @@ def add_tune_parser(sub: Any) -> None:
         "--time-budget",
         type=positive_float,
         metavar="SECONDS",
-        help="start no new trial after SECONDS of tuning (the result in hand finishes)",
+        help="start no new trial after SECONDS of tuning (the result in hand finishes); "
+        "with --model, SECONDS bound the tuning and the finalists' re-times together",
     )
     tune.add_argument(
         "--early-stop",

@@ -96,3 +96,28 @@ def test_a_file_that_is_not_onnx_is_one_line(db, capsys, tmp_path: Path) -> None
     assert main(["tune", "--model", str(bad), "--trials", "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert "bad.onnx" in err and len(err.splitlines()) == 1
+
+
+def test_a_time_budget_bounds_tuning_and_finishing(db, mlp_file: Path) -> None:
+    """Tuning keeps time back for finishing; finishing past the deadline re-times nothing
+    more, and the model still builds from the tuning medians' bests."""
+    import time
+
+    from service.tuning import FINISH_S_PER_TASK, ModelTuning
+
+    spent = ModelTuning(
+        mlp_file, trials=4, strategy="replay", database=open_database(db), time_budget_s=1e-6
+    )
+    assert spent.tune() == 0 and spent.stopped_by == "time budget spent before tuning"
+
+    tuning = ModelTuning(
+        mlp_file, trials=4, strategy="replay", database=open_database(db), time_budget_s=60.0
+    )
+    kept_back = 60.0 - tuning._tuning_seconds()
+    assert min(FINISH_S_PER_TASK * len(tuning.tasks), 15.0) <= kept_back < 16.0
+    assert tuning.tune() == 4
+    tuning.deadline = time.monotonic()  # the budget runs out as finishing starts
+    result = tuning.finish()
+    measured = sorted(t.pattern for t in result.tasks if t.trials_done)
+    assert measured and sorted(tuning.not_retimed) == measured
+    assert result.correct is True and all(t.best_ms for t in result.tasks if t.trials_done)
