@@ -94,14 +94,14 @@ def _local_traces(
     plan: ModelPlan, target: str, database_url: str | None, database: Database | None
 ) -> tuple[dict[str, Any], frozenset[str]]:
     """Each task's best trace for `target`; and the keys of the tasks whose best came from
-    another thread count of the same CPU (`_best_record`)."""
+    another thread count of the same CPU (`best_record`)."""
     if database is None:
         from service.db.store import open_database
 
         database = open_database(database_url)
     out, borrowed = {}, set()
     for t in plan.tasks:
-        record, own = _best_record(database, schedule_keys(t.task), target)
+        record, own = best_record(database, schedule_keys(t.task), target)
         if record is not None:
             out[t.task.key] = record.trace
             if not own:
@@ -109,15 +109,26 @@ def _local_traces(
     return out, frozenset(borrowed)
 
 
-def _best_record(
+def best_record(
     database: Database, keys: Sequence[str], target: str
 ) -> tuple[TuningRecord | None, bool]:
     """The best record of the first of `keys` stored for `target`, unless a schedule tuned
     at fewer threads of the same CPU ran faster, or there is none: a schedule runs the
     same on more threads than it was tuned for, and a short 2-thread pass may not have
-    found a parallel schedule that beats the 1-thread best. (record, whether it is
-    `target`'s own.)"""
+    found a parallel schedule that beats the 1-thread best. A final choice on `target`
+    (its finalists', or the model's in-model decision, `service.model_threads`) stands.
+    (record, whether it is `target`'s own.)"""
     own = next(filter(None, (database.best(k, target) for k in keys)), None)
+    if own is not None and database.final(own.workload_key, target) is not None:
+        return own, True
+    best = fewer_thread_best(database, keys, target)
+    if best is not None and (own is None or best.median_ms < (own.median_ms or math.inf)):
+        return best, False
+    return own, own is not None
+
+
+def fewer_thread_best(database: Database, keys: Sequence[str], target: str) -> TuningRecord | None:
+    """The fastest (by median) best of `keys` tuned at fewer threads of `target`'s CPU."""
     threads = _threads(target)
     fewer = (
         database.best(k, o)
@@ -126,10 +137,7 @@ def _best_record(
         if _threads(o) < threads
     )
     found = [r for r in fewer if r is not None and r.median_ms is not None]
-    best = min(found, key=lambda r: r.median_ms or math.inf, default=None)
-    if best is not None and (own is None or best.median_ms < (own.median_ms or math.inf)):
-        return best, False
-    return own, own is not None
+    return min(found, key=lambda r: r.median_ms or math.inf, default=None)
 
 
 def _threads(target: str) -> int:

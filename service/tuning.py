@@ -27,6 +27,7 @@ from ir.graph.plan import ModelPlan
 from ir.target import Target
 from ir.task import Task
 from service.model import ModelCheck, Schedules
+from service.model_threads import ThreadChoice, settle_thread_counts
 from tuner.database import Database, TuningRecord
 from tuner.runner import Runner
 from tuner.search.loop import DEFAULT_BATCH, StopRuleLike, Trial, TuneRun, tune_loop
@@ -473,6 +474,9 @@ class ModelTuning:
         self.stopped_by: str | None = None
         self.seconds = 0.0
         self.deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
+        self.thread_choices: list[ThreadChoice] = []
+        """Above one thread: each task's in-model choice between its own and a fewer-thread
+        best (`service.model_threads`), made by `finish`."""
         self.not_retimed: list[str] = []
         """Patterns of the tasks this run measured whose finalists the budget left un-timed."""
 
@@ -536,9 +540,9 @@ class ModelTuning:
     def finish(self, *, check: bool = True, timing: bool = True) -> ModelTuneResult:
         """Re-time the finalists of every task this run measured (the database's best from
         then on) — the largest shares of the model's time first, while the time budget
-        lasts — compile the model with the best schedules, and (`check`) verify it and time
-        it against ONNX Runtime."""
-
+        lasts — above one thread decide each task's thread count in the model
+        (`service.model_threads`), compile the model with the best schedules, and (`check`)
+        verify it and time it against ONNX Runtime."""
         from service.model import check_model, compile_model
 
         by_share = sorted(
@@ -561,6 +565,17 @@ class ModelTuning:
                     self.database,
                     compare=False,
                 )
+        if self.target.num_threads > 1:
+            from service.model import sample_inputs
+
+            self.thread_choices = settle_thread_counts(
+                self.plan,
+                self.target,
+                self.database,
+                sample_inputs(self.graph),
+                model_name=os.path.basename(self.path),
+            )
+        for state in self.tasks:
             state.best_ms = _best_ms(self.database, state.key, self.canonical)
         _shares(self.tasks)
         model, schedules = compile_model(self.plan, self.target, database=self.database)

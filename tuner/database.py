@@ -303,6 +303,9 @@ class Database(Protocol):
     def top_k(self, workload_key: str, target: str, k: int) -> list[TuningRecord]:
         """The k fastest ok records, by median, fastest first (ties: earliest)."""
 
+    def find_record(self, workload_key: str, target: str, trace_hash: str) -> TuningRecord | None:
+        """The ok record of this trace for the workload on the target, or None."""
+
     def best(self, workload_key: str, target: str) -> TuningRecord | None:
         """The finalists' choice if a run left one, else the ok record with the lowest median; or None."""
 
@@ -410,6 +413,14 @@ class InMemoryDatabase:
     def top_k(self, workload_key: str, target: str, k: int) -> list[TuningRecord]:
         ok = [r for r in self._ok(target) if r.workload_key == workload_key]
         return sorted(ok, key=_rank)[: max(k, 0)]
+
+    def find_record(self, workload_key: str, target: str, trace_hash: str) -> TuningRecord | None:
+        found = (
+            r
+            for r in self._ok(target)
+            if r.workload_key == workload_key and r.trace_hash == trace_hash
+        )
+        return next(found, None)
 
     def best(self, workload_key: str, target: str) -> TuningRecord | None:
         chosen = self.final(workload_key, target)

@@ -147,6 +147,12 @@ def tune_first(
     log(f"tuning {Path(path).name} for up to {minutes:g} min in all ({stored} trials stored)")
     done = state.tune()
     state.finish(check=False)
+    fewer = [c.pattern for c in state.thread_choices if c.fewer]
+    if state.thread_choices:
+        log(
+            f"in the model {len(fewer)} of {len(state.thread_choices)} task(s) run their "
+            f"fewer-thread best: {', '.join(fewer) or '-'}"
+        )
     if state.not_retimed:
         log(f"the budget left {len(state.not_retimed)} task(s) without a finalists' re-time")
     return {
@@ -156,6 +162,7 @@ def tune_first(
         "minutes": minutes,
         "stopped_by": state.stopped_by,
         "not_retimed": len(state.not_retimed),
+        "fewer_thread_tasks": len(fewer),
     }
 
 

@@ -335,6 +335,23 @@ class SQLDatabase:
             .limit(k)
         )
 
+    def find_record(self, workload_key: str, target: str, trace_hash: str) -> TuningRecord | None:
+        target_id = self._lookup_target(target)
+        if target_id is None:
+            return None
+        found = self._records(
+            self._select()
+            .where(
+                m.Record.workload_key == workload_key,
+                m.Record.target_id == target_id,
+                m.Record.trace_hash == trace_hash,
+                m.Record.status == "ok",
+                SERVED,
+            )
+            .limit(1)
+        )
+        return found[0] if found else None
+
     def best(self, workload_key: str, target: str) -> TuningRecord | None:
         target_id = self._lookup_target(target)
         if target_id is None:

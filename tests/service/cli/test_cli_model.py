@@ -119,14 +119,15 @@ def test_a_two_thread_build_runs_the_one_thread_best_until_its_own_is_faster(
 ) -> None:
     """A 2-thread build of a task tuned only at 1 thread runs the 1-thread best (serial),
     not the default nest; so it does while its own 2-thread best is slower (a serial
-    schedule runs the same on more threads); a faster 2-thread record of its own wins."""
+    schedule runs the same on more threads); a final choice on the 2-thread target (its
+    finalists' or the model's in-model decision) stands."""
     from service.model import stored_schedules
 
     plan = build_plan(load_onnx(mlp_file))
     dense = next(t.task for t in plan.tasks if t.task.layout_free)
     database = open_database(db)
 
-    def store(threads: int, seed: int, ms: float) -> None:
+    def store(threads: int, seed: int, ms: float) -> TuningRecord:
         trace = default_space(dense.program, host_target(threads)).sample(random.Random(seed))
         record = TuningRecord.create(
             workload_key=dense.key,
@@ -140,6 +141,7 @@ def test_a_two_thread_build_runs_the_one_thread_best_until_its_own_is_faster(
             status="ok",
         )
         assert database.commit_record(record)
+        return record
 
     def borrowed() -> frozenset[str]:
         schedules = stored_schedules(plan, host_target(2).canonical(), database=database)
@@ -149,7 +151,10 @@ def test_a_two_thread_build_runs_the_one_thread_best_until_its_own_is_faster(
 
     store(1, 0, ms=1.0)
     assert borrowed() == {dense.key}
-    store(2, 1, ms=2.0)
+    slower = store(2, 1, ms=2.0)
     assert borrowed() == {dense.key}  # its own is slower
-    store(2, 2, ms=0.5)
+    two = host_target(2).canonical()
+    database.commit_final(dense.key, two, slower.record_id, 2.0)
+    assert borrowed() == frozenset()  # a final choice on the target stands
+    database.commit_final(dense.key, two, store(2, 2, ms=0.5).record_id, 0.5)
     assert borrowed() == frozenset()

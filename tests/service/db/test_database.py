@@ -120,6 +120,16 @@ def test_has_measured_by_hash_whatever_the_outcome(db: Database) -> None:
     assert not db.has_measured(SOFTMAX[0], ZEN1, trace_of(1)[1])
 
 
+def test_find_record_is_the_ok_record_of_a_trace(db: Database) -> None:
+    stored = record(MATMUL, 1, 1.0)
+    db.commit_records([stored, record(MATMUL, 2, None, status="crashed")])
+    found = db.find_record(MATMUL[0], ZEN1, trace_of(1)[1])
+    assert found is not None and found.record_id == stored.record_id
+    assert db.find_record(MATMUL[0], ZEN1, trace_of(2)[1]) is None  # not ok
+    assert db.find_record(MATMUL[0], ZEN4, trace_of(1)[1]) is None  # another target
+    assert db.find_record(SOFTMAX[0], ZEN1, trace_of(1)[1]) is None
+
+
 def test_a_trace_is_measured_once_per_workload_and_target(db: Database) -> None:
     assert db.commit_record(record(MATMUL, 1, 2.0))
     assert not db.commit_record(record(MATMUL, 1, 1.0))  # same trace, new id: the first stands
