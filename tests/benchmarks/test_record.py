@@ -71,3 +71,35 @@ def test_the_page_shows_each_machines_newest_full_run_newest_first(tmp_path: Pat
     bare.write_text("# no markers\n", encoding="utf-8")
     assert results_doc.write(path, tmp_path / "results.md", bare) == [tmp_path / "results.md"]
     assert bare.read_text(encoding="utf-8") == "# no markers\n"
+
+
+def test_model_runs_of_some_models_keep_each_models_newest_rows() -> None:
+    """`models --models NAMES` covers some rows: per machine the newest row of each (model,
+    threads) stands, with its own run's date and command; a run left with none drops out."""
+
+    def entry(utc: str, rows: list[tuple[str, int | None, float]]) -> dict:
+        return {
+            "suite": "models",
+            "kind": "models",
+            "command": f"python -m benchmarks models # {utc}",
+            "utc": utc,
+            "seed": 0,
+            "machine": {"cpu_model": "CPU", "cpu": "znver4", "cores": 2},
+            "versions": {},
+            "rows": [
+                {"model": m, **({"threads": t} if t else {}), "loomtune_ms": ms}
+                for m, t, ms in rows
+            ],
+        }
+
+    lines = [
+        entry("2026-01-01T00:00:00Z", [("bert", None, 1.25), ("resnet18", None, 2.25)]),
+        entry("2026-01-02T00:00:00Z", [("bert", 1, 3.25), ("bert", 2, 4.25)]),
+        entry("2026-01-03T00:00:00Z", [("mobilenetv2", 2, 5.25)]),
+        entry("2026-01-04T00:00:00Z", [("bert", 2, 6.25)]),
+    ]
+    page = results_doc.document(lines)
+    for shown in ("2.25", "3.25", "5.25", "6.25"):
+        assert f"| {shown} |" in page
+    assert "| 1.25 |" not in page and "| 4.25 |" not in page  # superseded rows
+    assert "# 2026-01-01T" in page and page.count("- znver4 (CPU, 2 cores)") == 4
