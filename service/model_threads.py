@@ -1,18 +1,19 @@
 """At more than one thread, which schedule each task of a model runs: decided in the model.
 
 Tuning times a kernel back to back: the same call again and again, the pool's workers
-hot, its data in their caches. In a model a small kernel follows other kernels, its
-inputs partly in the other core's cache, and a 2-thread schedule measured faster than
-the task's 1-thread best can run slower there (docs/decisions.md, Models). So after
-tuning a model at more than one thread, every task that has both a best of the target's
-own and a different best tuned at fewer threads runs inside the model with each —
-two builds of the model, alternating rounds, each kernel call timed
-(`codegen.model_profile`) — and the faster in the model becomes the target's final
+hot, its data in their caches. In a model a kernel follows other kernels, its inputs
+written by one core or by both, and its time moves with that: on a znver4 VM one
+depthwise task's serial 1-thread schedule took 64 µs per call among serial neighbours
+and 150 µs among parallel ones (docs/decisions.md, Models). So after tuning a model at
+more than one thread, every task with both a best of the target's own and a different
+best tuned at fewer threads is decided inside the model: two builds, alternating
+rounds, each kernel call timed (`codegen.model_profile`) — first every such task
+switched from its reigning schedule (what `service.model` picks today) to the other,
+then only the switches that won, among reigning neighbours. A switch stands where the
+other schedule was `MARGIN` faster both times. The decision is the target's final
 choice, its in-model time the re-timed median: the fewer-thread schedule's record on
 this target (stored from these in-model times when the target has none), or the
-target's own. `service.model` builds from the final choice. The one that reigns
-(what `service.model` picks today) keeps its place unless the other is `MARGIN` faster.
-"""
+target's own; `service.model` builds from the final choice."""
 
 from __future__ import annotations
 
@@ -89,31 +90,50 @@ def settle_thread_counts(
     if not pairs:
         return []
     base = dict(stored_schedules(plan, canonical, database=database).programs)
-    own = CompiledModel(
-        plan, {**base, **{p.plan_task.task.key: p.own_program for p in pairs}}, target
-    )
-    fewer = CompiledModel(
-        plan, {**base, **{p.plan_task.task.key: p.fewer_program for p in pairs}}, target
-    )
-    for model in (own, fewer):
+
+    def build(switched: set[str]) -> CompiledModel:
+        """The model with each pair's reigning schedule, but the other one for `switched`."""
+        programs = dict(base)
+        for p in pairs:
+            fewer = p.reigning_fewer != (p.plan_task.task.key in switched)
+            programs[p.plan_task.task.key] = p.fewer_program if fewer else p.own_program
+        model = CompiledModel(plan, programs, target)
         model.set_inputs(*inputs)
-    own_ms, fewer_ms = _alternate(own, fewer)
+        return model
+
+    # Every task switched at once; then the switches that won there, now among reigning
+    # neighbours: where a kernel's inputs were written (by one core or by both) moves its
+    # time, so a switch stands only where it wins in that company too.
+    reigning = build(set())
+    everything = {p.plan_task.task.key for p in pairs}
+    first = _alternate(reigning, build(everything))
+    wins = _winners(first, everything)
+    second = _alternate(reigning, build(wins)) if wins else first
+    kept = _winners(second, wins)
     choices = []
     for p in pairs:
         key = p.plan_task.task.key
-        a, b = median_of(own_ms[key]), median_of(fewer_ms[key])
-        take_fewer = prefer_fewer(a, b, reigning_fewer=p.reigning_fewer)
-        took = _commit(database, canonical, p, take_fewer, own_ms[key], fewer_ms[key], model_name)
-        choices.append(ThreadChoice(key, p.plan_task.pattern, a, b, took))
+        r_ms, c_ms = second if key in wins else first
+        own_ms, fewer_ms = (c_ms[key], r_ms[key]) if p.reigning_fewer else (r_ms[key], c_ms[key])
+        take_fewer = p.reigning_fewer != (key in kept)
+        took = _commit(database, canonical, p, take_fewer, own_ms, fewer_ms, model_name)
+        choices.append(
+            ThreadChoice(key, p.plan_task.pattern, median_of(own_ms), median_of(fewer_ms), took)
+        )
     return choices
 
 
-def prefer_fewer(own_ms: float, fewer_ms: float, *, reigning_fewer: bool) -> bool:
-    """Whether the fewer-thread schedule runs: the reigning one keeps its place unless the
-    other is `MARGIN` faster in the model."""
-    if reigning_fewer:
-        return not own_ms < fewer_ms * (1 - MARGIN)
-    return fewer_ms < own_ms * (1 - MARGIN)
+def challenger_wins(reigning_ms: float, challenger_ms: float) -> bool:
+    """The reigning schedule keeps its place unless the other is `MARGIN` faster."""
+    return challenger_ms < reigning_ms * (1 - MARGIN)
+
+
+def _winners(
+    measured: tuple[dict[str, list[float]], dict[str, list[float]]], keys: set[str]
+) -> set[str]:
+    """Those of `keys` whose challenger (the second build) beat the reigning schedule."""
+    reigning, challenger = measured
+    return {k for k in keys if challenger_wins(median_of(reigning[k]), median_of(challenger[k]))}
 
 
 def _pairs(plan: ModelPlan, canonical: str, database: Database) -> list[_Pair]:

@@ -14,7 +14,7 @@ from frontend.onnx import load_onnx
 from ir.graph.plan import ModelPlan, build_plan
 from service import model_threads
 from service.model import sample_inputs, stored_schedules
-from service.model_threads import WORKER, prefer_fewer, settle_thread_counts
+from service.model_threads import WORKER, challenger_wins, settle_thread_counts
 from tests.models import mlp
 from tuner.database import InMemoryDatabase, TuningRecord
 from tuner.space import default_space
@@ -24,10 +24,9 @@ ONE, TWO = host_target(1), host_target(2)
 
 def test_the_reigning_schedule_keeps_its_place_within_the_margin() -> None:
     m = model_threads.MARGIN
-    assert prefer_fewer(1.0, 1.0 - 2 * m, reigning_fewer=False)
-    assert not prefer_fewer(1.0, 1.0 - m / 2, reigning_fewer=False)
-    assert prefer_fewer(1.0 - m / 2, 1.0, reigning_fewer=True)
-    assert not prefer_fewer(1.0 - 2 * m, 1.0, reigning_fewer=True)
+    assert challenger_wins(1.0, 1.0 - 2 * m)
+    assert not challenger_wins(1.0, 1.0 - m / 2)
+    assert not challenger_wins(1.0, 1.0)
 
 
 def _store(db: InMemoryDatabase, plan: ModelPlan) -> dict[str, tuple[TuningRecord, TuningRecord]]:
