@@ -116,8 +116,7 @@ def test_the_fast_subset_leaves_out_servers_and_benchmarks() -> None:
 
     def selected(*args: str) -> int:
         out = subprocess.run(
-            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not slow",
-             "-p", "xdist", "-n", "0", *args],  # xdist named: pyproject's addopts ask for `-n`
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not slow", *args],
             capture_output=True, text=True, cwd=ROOT, env=env, check=False,
         ).stdout  # fmt: skip
         return sum(1 for line in out.splitlines() if "::" in line)

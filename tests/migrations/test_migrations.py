@@ -32,11 +32,9 @@ def test_unreachable_postgresql_fails_in_ci_and_is_skipped_elsewhere() -> None:
         # 1.7 s of imports per run) takes part in it
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
-    # xdist named: pyproject's addopts ask for its `-n`; the run here is one process
-    one_process = ("-p", "xdist", "-n", "0")
     for ci in ("true", ""):
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *one_process, node],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
             env={**env, "CI": ci},
             cwd=Path(__file__).resolve().parents[2],
             capture_output=True,
