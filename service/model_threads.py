@@ -157,16 +157,16 @@ def _pairs(plan: ModelPlan, canonical: str, database: Database) -> list[_Pair]:
 
 
 def _alternate(
-    own: CompiledModel, fewer: CompiledModel
+    reigning: CompiledModel, challenger: CompiledModel
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Per task key, its in-model time in each round of each build (alternating)."""
     start = time.perf_counter()
-    first = (task_times_ms(own, rounds=1), task_times_ms(fewer, rounds=1))
+    first = (task_times_ms(reigning, rounds=1), task_times_ms(challenger, rounds=1))
     per_round = (time.perf_counter() - start) / 2  # each call warms with one inference too
     rounds = max(MIN_ROUNDS, min(MAX_ROUNDS, math.ceil(PROFILE_S / max(per_round, 1e-6) / 2)))
     out: tuple[dict[str, list[float]], dict[str, list[float]]] = ({}, {})
     for r in range(rounds):
-        for model, times, seen in zip((own, fewer), out, first):
+        for model, times, seen in zip((reigning, challenger), out, first):
             got = seen if r == 0 else task_times_ms(model, rounds=1)
             for key, ms in got.items():
                 times.setdefault(key, []).append(ms)

@@ -490,7 +490,6 @@ class ModelTuning:
     ) -> int:
         """Measure the remaining budget; `on_trial(task index, trial)` after each result, with
         the task's `best_ms` already updated. How many trials were done."""
-
         if self.remaining == 0:
             return 0
         if self.deadline is not None:
@@ -532,7 +531,6 @@ class ModelTuning:
 
     def _tuning_seconds(self) -> float:
         """What the time budget leaves for tuning once finishing is kept back."""
-
         assert self.deadline is not None
         left = self.deadline - time.monotonic()
         return left - min(FINISH_S_PER_TASK * len(self.tasks), left / 4)

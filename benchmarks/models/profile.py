@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from codegen.model_profile import ROUNDS, task_times_ms
-
-__all__ = ["ROUNDS", "annotate", "scaling", "task_times_ms"]
-
 
 def annotate(tasks: list[dict[str, Any]], times: dict[str, float]) -> None:
     """Each task of a row's `task_list` gets `ms` (per inference) and `time_share`."""

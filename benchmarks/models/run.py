@@ -182,6 +182,7 @@ def measure_model(
     """One model's row at `threads`: tuning (when asked), tasks, correctness, the interleaved
     timing, the children's memory."""
     from codegen.host import host_target
+    from codegen.model_profile import task_times_ms
     from frontend.onnx import load_onnx
     from ir.graph.plan import build_plan
     from service.db.store import open_database
@@ -229,7 +230,7 @@ def measure_model(
     )
     del single
     if row["correct"]:
-        profile.annotate(tasks, profile.task_times_ms(model))
+        profile.annotate(tasks, task_times_ms(model))
         for t in sorted(tasks, key=lambda t: -t.get("ms", 0.0))[:5]:
             log(f"  {t['ms']:8.3f} ms  {t['count']:>3} × {t['pattern']}")
     del model

@@ -51,13 +51,14 @@ def test_task_profile_sums_each_tasks_calls() -> None:
     """A compiled model's per-task profile: every task timed, the calls of one summed."""
     from benchmarks.models import profile
     from codegen.model import CompiledModel
+    from codegen.model_profile import task_times_ms
     from frontend.onnx import load_onnx
     from ir.graph.plan import build_plan
     from tests.models import encoder_layer
 
     plan = build_plan(load_onnx(encoder_layer(layers=2)))
     model = CompiledModel(plan)
-    times = profile.task_times_ms(model, rounds=2)
+    times = task_times_ms(model, rounds=2)
     assert set(times) == {t.task.key for t in plan.tasks}
     assert all(ms > 0 for ms in times.values())
     tasks = [{"key": t.task.key[:12]} for t in plan.tasks]
