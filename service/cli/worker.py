@@ -1,4 +1,5 @@
-"""`loomtune worker --coordinator URL --token T [--threads N] [--cores LIST]`: a measurement worker.
+"""`loomtune worker --coordinator URL --token T [--threads N] [--cores LIST] [--idle-seconds S]`:
+a measurement worker.
 
 The daemon itself is `workers/daemon.py`; this is its command line. The URL
 and token fall back to LOOMTUNE_COORDINATOR and LOOMTUNE_TOKEN. Runs until
@@ -12,7 +13,7 @@ import argparse
 import os
 from typing import Any
 
-from service.cli.common import UsageError, positive_int
+from service.cli.common import UsageError, positive_float, positive_int
 
 
 def add_worker_parser(sub: Any) -> None:
@@ -35,6 +36,13 @@ def add_worker_parser(sub: Any) -> None:
         metavar="LIST",
         help="cores to use, e.g. 0-3 or 0,2 (default: all); one slot per N of them",
     )
+    worker.add_argument(
+        "--idle-seconds",
+        type=positive_float,
+        default=1.0,
+        metavar="S",
+        help="longest wait between lease calls while there is no work (default 1)",
+    )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -50,5 +58,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"no token: pass --token T or set {TOKEN_ENV} (`loomtune token create --role worker`)"
         )
     cores = parse_cores(args.cores) if args.cores is not None else None
-    config = WorkerConfig(coordinator=url, token=token, threads=args.threads, cores=cores)
+    config = WorkerConfig(
+        coordinator=url,
+        token=token,
+        threads=args.threads,
+        cores=cores,
+        idle_seconds=args.idle_seconds,
+    )
     return run_worker(config)

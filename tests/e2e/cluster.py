@@ -61,8 +61,9 @@ PLACEHOLDER_OPTIONS = {
     "--cores": "CORES",
     "--owner": "OWNER",
 }
-LOCAL_OPTIONS = ("--port", "--log-level", "--ssl-certfile", "--ssl-keyfile")
-"""Options only the tests add (a free port on loopback, quieter logs, TLS); compose uses the defaults."""
+LOCAL_OPTIONS = ("--port", "--log-level", "--ssl-certfile", "--ssl-keyfile", "--idle-seconds")
+"""Options only the tests add (a free port on loopback, quieter logs, TLS, quicker polling);
+compose uses the defaults."""
 
 
 def fill(template: Sequence[str], **values: str) -> list[str]:
@@ -258,9 +259,16 @@ class Worker(Proc):
     """`loomtune worker --coordinator URL --token T --cores C`; `id` once it registered."""
 
     def __init__(
-        self, url: str, token: str, cores: str, *, faults: bool = False, **env: str
+        self,
+        url: str,
+        token: str,
+        cores: str,
+        *,
+        faults: bool = False,
+        options: tuple[str, ...] = (),
+        **env: str,
     ) -> None:
-        argv = fill(WORKER_COMMAND, url=url, token=token, cores=cores)
+        argv = fill(WORKER_COMMAND, url=url, token=token, cores=cores) + list(options)
         extra = {"LOOMTUNE_TEST_FAULTS": "1"} if faults else {}
         super().__init__(command(argv), base_env(**extra, **env))
         self.loomtune_argv = argv
