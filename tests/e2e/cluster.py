@@ -282,6 +282,15 @@ class Worker(Proc):
         return self
 
 
+def log_tails(procs: Sequence[Proc | None], chars: int = 1500) -> str:
+    """Each process's command and the end of its stderr: what a stalled e2e test shows."""
+    return "\n".join(
+        f"--- {' '.join(p.argv[1:4])} (exit {p.proc.poll()}):\n{p.text()[-chars:]}"
+        for p in procs
+        if p is not None
+    )
+
+
 def core_list() -> list[str]:
     """One core per worker, round robin over this process's cores."""
     return [str(c) for c in sorted(os.sched_getaffinity(0))]

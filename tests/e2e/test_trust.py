@@ -16,14 +16,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
 import pytest
 
 from codegen.host import host_target
-from tests.e2e.cluster import Coordinator, Proc, Worker, core_list
+from tests.e2e.cluster import Coordinator, Proc, Worker, core_list, log_tails
 from tests.postgresql import fresh_pg_schema, pg_url_for
 
 SETTINGS = {"LOOMTUNE_LEASE_SECONDS": "4", "LOOMTUNE_HEARTBEAT_SECONDS": "0.5"}
@@ -111,8 +111,14 @@ class Liar(threading.Thread):
 
 
 def run_job(
-    c: Coordinator, client: str, workload: dict[str, Any], trials: int = TRIALS
+    c: Coordinator,
+    client: str,
+    workload: dict[str, Any],
+    trials: int = TRIALS,
+    procs: Sequence[Proc] = (),
 ) -> dict[str, Any]:
+    """The job submitted and waited for; past 300 s the failure shows the coordinator's and
+    the workers' logs (a stall under load was seen once and not reproduced)."""
     http = httpx.Client(base_url=c.url, headers={"Authorization": f"Bearer {client}"}, timeout=10)
     r = http.post("/v1/jobs", json={"workload": workload, "trials": trials, "seed": 3})
     assert r.status_code == 201, r.text
@@ -121,7 +127,8 @@ def run_job(
         job = http.get(f"/v1/jobs/{r.json()['id']}").json()
         if job["status"] in ("succeeded", "failed", "cancelled"):
             return job
-        assert time.monotonic() < deadline, job
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not done in 300 s: {job}\n{log_tails([c.proc, *procs])}")
         time.sleep(0.2)
 
 
@@ -150,7 +157,7 @@ def test_impossible_times_are_refused_and_their_workers_quarantined(
     for liar in liars:
         liar.start()
     client = c.token("client", "alice")
-    job = run_job(c, client, MATMUL, trials=24)
+    job = run_job(c, client, MATMUL, trials=24, procs=procs)
     for liar in liars:
         liar.stop.set()
         liar.join(30)
@@ -185,7 +192,7 @@ def test_a_plausible_liar_is_refuted_by_confirmation(
     liar = Liar(c.url, c.token("worker", "mallory"), factor=1000, careful=True)
     liar.start()
     client = c.token("client", "alice")
-    job = run_job(c, client, SOFTMAX)
+    job = run_job(c, client, SOFTMAX, procs=procs)
     liar.stop.set()
     liar.join(30)
     assert job["status"] == "succeeded", job
