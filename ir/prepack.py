@@ -21,14 +21,25 @@ iteration of the original could have, with the same arithmetic: so
 main(prologue(W), X) == original(W, X) bit for bit. The main program reads the packed
 buffer as an input at full size (compaction no longer shrinks it), and no longer takes
 a constant input only the hoisted blocks read.
+
+An integer reduction over constants is hoisted too (dense_int8's column sums of W, which
+its zero-point correction needs: QNN folds them into the bias at compile time). Its
+writers are one block with an init, or an init block and an update block as
+`decompose_reduction` leaves them; each writes every element of the buffer (its spatial
+domain, one to one, is the buffer's size) and the update reads only constants and its
+own element. Re-nested, init over the whole buffer then the update over its whole
+domain, it sums the same terms; integer addition is exact in any order, so again bit
+for bit. Float reductions stay per call: their order of summation would change.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Set
 from dataclasses import replace
 
+from ir import dtype as dt
 from ir.arith import bound
 from ir.errors import LoomtuneError
 from ir.expr import Binary, Const, Expr, IterVar, Load, Var
@@ -52,6 +63,7 @@ __all__ = [
     "hoistable_reason",
     "layout_free",
     "per_call",
+    "reduction_reason",
 ]
 
 LAYOUT_FREE_ATTR = "layout_free"
@@ -78,15 +90,27 @@ def hoist_constant_blocks(
     blocks = all_blocks(program)
     writes = Counter(w.buffer.name for r in blocks for w in r.block.writes)
     intermediates = {b.name for b in program.allocs}
+    writers: dict[str, list[BlockRealize]] = {}
+    for r in blocks:
+        writers.setdefault(_written(r), []).append(r)
+    sums = {
+        name
+        for name, group in writers.items()
+        if name in intermediates
+        and writes[name] == len(group)
+        and reduction_reason(group, constant_inputs) is None
+    }
     hoisted = [
         r
         for r in blocks
-        if hoistable_reason(r, constant_inputs, intermediates, writes[_written(r)]) is None
+        if _written(r) in sums
+        or hoistable_reason(r, constant_inputs, intermediates, writes[_written(r)]) is None
     ]
     if not hoisted:
         return None, program
     names = fresh_names(program)
-    packed = [r.block.writes[0].buffer for r in hoisted]
+    written = (r.block.writes[0].buffer for r in hoisted)
+    packed = list({b.name: b for b in written}.values())
     packed_names = {b.name for b in packed}
     moved = {r.block.name for r in hoisted}
     main = remove_stmt(program, lambda n: isinstance(n, BlockRealize) and n.block.name in moved)
@@ -99,7 +123,9 @@ def hoist_constant_blocks(
         ),
         allocs=tuple(b for b in program.allocs if b.name not in packed_names),
     )
-    read_by_prologue = {ld.buffer.name for r in hoisted for ld in _loads(r.block)}
+    read_by_prologue = {
+        ld.buffer.name for r in hoisted for ld in _loads(r.block) + _init_loads(r.block)
+    }
     prologue = Program(
         f"{program.name}_prologue",
         tuple(b for b in program.inputs if b.name in read_by_prologue),
@@ -152,6 +178,88 @@ def hoistable_reason(
             if rng is None or rng[0] < 0 or rng[1] >= size:
                 return f"its read of {ld.buffer.name} is not provably in bounds"
     return None
+
+
+def reduction_reason(group: list[BlockRealize], constant: Set[str]) -> str | None:
+    """Why the blocks `group` (every writer of one intermediate, in program order) cannot
+    run once at load as an integer reduction over constants (None: they can)."""
+    if len(group) == 1:
+        init_block, update = None, group[0].block
+        if not isinstance(update.init, BufferStore) or _loads_of(update.init):
+            return "not a reduction with a constant init"
+    elif len(group) == 2:
+        init_block, update = group[0].block, group[1].block
+        if init_block.init is not None or update.init is not None:
+            return "not an init block and an update block"
+        if not isinstance(init_block.body, BufferStore) or _loads_of(init_block.body):
+            return "its init is not a constant store"
+        if init_block.is_reduction:
+            return "its init block reduces"
+    else:
+        return "more than an init and an update write it"
+    store = update.body
+    if not update.is_reduction or not isinstance(store, BufferStore):
+        return "not a reduction"
+    buffer = store.buffer
+    if not dt.is_int(buffer.dtype):
+        return "not an integer reduction (a float sum's order would change)"
+    spatial = [iv for iv in update.iter_vars if iv.kind == "spatial"]
+    reduce = {iv.var for iv in update.iter_vars if iv.kind == "reduce"}
+    if not _covers(store.indices, spatial, buffer.concrete_shape()) or any(
+        v in reduce for e in store.indices for v in _vars(e)
+    ):
+        return "its update does not write each element of its buffer from one spatial point"
+    if init_block is not None:
+        init_store = init_block.body
+        assert isinstance(init_store, BufferStore)
+        if init_store.buffer.name != buffer.name or not _covers(
+            init_store.indices, list(init_block.iter_vars), buffer.concrete_shape()
+        ):
+            return "its init does not write each element of its buffer once"
+    elif isinstance(update.init, BufferStore) and update.init.indices != store.indices:
+        return "its init does not write the element it updates"
+    domain = _domain(update.iter_vars)
+    if domain is None:
+        return "its domain is not constant"
+    for ld in _loads(update):
+        if ld.buffer.name == buffer.name:
+            if ld.indices != store.indices:
+                return "it reads another element of its own buffer"
+            continue
+        if ld.buffer.name not in constant:
+            return "reads something that is not a constant input"
+        for idx, size in zip(ld.indices, ld.buffer.concrete_shape()):
+            rng = bound(idx, domain)
+            if rng is None or rng[0] < 0 or rng[1] >= size:
+                return f"its read of {ld.buffer.name} is not provably in bounds"
+    if any(rd.buffer.name not in {*constant, buffer.name} for rd in update.reads):
+        return "reads something that is not a constant input"
+    return None
+
+
+def _covers(indices: tuple[Expr, ...], ivars: list[IterVar], shape: tuple[int, ...]) -> bool:
+    """Whether the store writes every element of a buffer of `shape` exactly once over
+    the domain of `ivars`: one to one, in bounds, and the domain is the buffer's size."""
+    domain = _domain(tuple(ivars))
+    if domain is None or not _one_to_one(indices, [iv.var for iv in ivars]):
+        return False
+    for idx, size in zip(indices, shape):
+        rng = bound(idx, domain)
+        if rng is None or rng[0] < 0 or rng[1] >= size:
+            return False
+    return math.prod(hi - lo + 1 for lo, hi in domain.values()) == math.prod(shape)
+
+
+def _vars(e: Expr) -> set[Var]:
+    return {n for n in walk(e) if isinstance(n, Var)}
+
+
+def _loads_of(stmt: BufferStore) -> list[Load]:
+    return [n for n in walk(stmt.value) if isinstance(n, Load)]
+
+
+def _init_loads(block: Block) -> list[Load]:
+    return [n for n in walk(block.init) if isinstance(n, Load)] if block.init else []
 
 
 def _one_to_one(indices: tuple[Expr, ...], ivars: list[Var]) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import result_header, utc_now
-from benchmarks.lowp.compare import NUMPY_FLOAT32, compare
+from benchmarks.lowp.compare import NUMPY_FLOAT32, Tuned, compare
 from benchmarks.lowp.report import headline
 from benchmarks.lowp.suite import TENSORIZED_BY, not_measured, select
 from benchmarks.record import append_record, write_result
@@ -18,7 +18,7 @@ from benchmarks.tune.compare import FINAL_ROUNDS, ROUND_PAUSE_S, Context
 from benchmarks.tune.torch_ref import torch_version
 from benchmarks.tune.tuning import tune_one
 from codegen.host import host_target, parse_target
-from codegen.kernel import Kernel, compile_program
+from codegen.kernel import compile_program
 from ir.task import Task
 from workers.timing import MeasureConfig
 
@@ -42,14 +42,22 @@ def tensorized_with(trace_json: dict[str, Any] | None) -> str | None:
     return None
 
 
-def best_kernel(task: Task, row: dict[str, Any]) -> Kernel | None:
-    """The row's best trace applied to `task`, compiled for the target it was tuned on."""
+def best_kernel(task: Task, row: dict[str, Any]) -> Tuned | None:
+    """The row's best trace applied to `task`, compiled for the target it was tuned on, as
+    it runs: a prologue over the task's constants once, the rest per call."""
     from tuner.trace.trace import Trace
 
     if not row.get("best_trace_json"):
         return None
     program = Trace.from_json(row["best_trace_json"]).apply(task.program).program
-    return compile_program(program, parse_target(row["target"]))
+    target = parse_target(row["target"])
+    prologue, main = task.hoist(program)
+    return Tuned(
+        task,
+        main,
+        compile_program(main, target),
+        None if prologue is None else (prologue, compile_program(prologue, target)),
+    )
 
 
 def run(
@@ -87,6 +95,7 @@ def run(
                 label=w.name,
                 final=False,
             )
+            row["layout_free"] = list(task.layout_free)
             row["intrinsic"] = tensorized_with(row["best_trace_json"])
             early = (row["best_trace_json_at"] or {}).get(str(TENSORIZED_BY))
             reached = row["trials_done"] >= TENSORIZED_BY

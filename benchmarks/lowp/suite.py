@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ir.intrinsics import get_intrinsic
-from ir.task import Task, library_task
+from ir.task import Task, library_task, with_layout_free
 
 TENSORIZED_BY = 16
 """The search picks tensorized sketches by itself: the best kernel after this many trials
@@ -16,7 +16,9 @@ should already be tensorized."""
 @dataclass(frozen=True)
 class LowpWorkload:
     """A row: the operator, and its goal as × numpy float32 on the same shapes, without AMX
-    (`goal`) and with it (`amx_goal`); `amx` is the AMX intrinsic that computes it."""
+    (`goal`) and with it (`amx_goal`); `amx` is the AMX intrinsic that computes it.
+    `layout_free`: inputs that are a model's constants, rearranged once before the timed calls
+    (`Task.hoist`), as PyTorch's quantized Linear packs its weight when it is made."""
 
     name: str
     op: str
@@ -24,9 +26,11 @@ class LowpWorkload:
     goal: float | None = None
     amx_goal: float | None = None
     amx: str = "amx_int8"
+    layout_free: tuple[str, ...] = ()
 
     def task(self) -> Task:
-        return library_task(self.op, self.params)
+        task = library_task(self.op, self.params)
+        return with_layout_free(task, self.layout_free) if self.layout_free else task
 
     def goal_for(self, features: Sequence[str]) -> tuple[float | None, str]:
         """(the ratio to reach, its condition) on a CPU with `features`."""
@@ -36,11 +40,16 @@ class LowpWorkload:
 
 
 _CUBE = {"m": 1024, "n": 1024, "k": 1024}
+_DENSE = {"m": 128, "k": 768, "n": 3072}
+_CONSTANTS = ("W", "bias", "scale")
+"""dense_int8's weight, bias and scale: a model's constants."""
 SUITE = (
     LowpWorkload("matmul_int8 1024³", "matmul_int8", _CUBE, 3.5, 10.0, "amx_int8"),
     LowpWorkload("matmul_bf16 1024³", "matmul_bf16", _CUBE, 4.0, 4.0, "amx_bf16"),
+    LowpWorkload("dense_int8 128×768→3072", "dense_int8", _DENSE, 8.0, 8.0),
     LowpWorkload(
-        "dense_int8 128×768→3072", "dense_int8", {"m": 128, "k": 768, "n": 3072}, 8.0, 8.0
+        "dense_int8 128×768→3072, weights at load", "dense_int8", _DENSE, 8.0, 8.0,
+        layout_free=_CONSTANTS,
     ),
 )
 
@@ -48,6 +57,10 @@ QUICK_SUITE = (
     LowpWorkload("matmul_int8 64³", "matmul_int8", {"m": 64, "n": 64, "k": 64}),
     LowpWorkload("matmul_bf16 64³", "matmul_bf16", {"m": 64, "n": 64, "k": 64}, amx="amx_bf16"),
     LowpWorkload("dense_int8 16×64→64", "dense_int8", {"m": 16, "k": 64, "n": 64}),
+    LowpWorkload(
+        "dense_int8 16×64→64, weights at load", "dense_int8", {"m": 16, "k": 64, "n": 64},
+        layout_free=_CONSTANTS,
+    ),
 )
 
 
@@ -73,7 +86,7 @@ def not_measured(
     for amx in dict.fromkeys(w.amx for w in workloads):
         missing = get_intrinsic(amx).missing_features(tuple(features))
         if missing:
-            ops = ", ".join(w.op for w in workloads if w.amx == amx)
+            ops = ", ".join(dict.fromkeys(w.op for w in workloads if w.amx == amx))
             out.append(
                 {
                     "workload": f"{ops} via {amx}",

@@ -18,7 +18,7 @@ from benchmarks.__main__ import main
 from benchmarks.lowp import report as lowp_report
 from benchmarks.lowp import run as lowp_run
 from benchmarks.lowp import suite as lowp_suite
-from benchmarks.lowp.compare import NUMPY_FLOAT32, compare, float_twin
+from benchmarks.lowp.compare import NUMPY_FLOAT32, Tuned, compare, float_twin
 from benchmarks.results_doc import document
 from benchmarks.tune.compare import Context
 from codegen.host import host_target
@@ -36,9 +36,13 @@ def _context(tmp_path: Path, with_torch: bool = True) -> Context:
     return Context(tmp_path, 0, 0.0, QUICK, lambda _: None, with_torch, 0.0, 0.0)
 
 
-def _tensorized_row(op: str, params: dict[str, int]) -> dict:
+def _untuned(task) -> Tuned:
+    return Tuned(task, task.program, compile_program(task.program))
+
+
+def _tensorized_row(op: str, params: dict[str, int], task=None) -> dict:
     """A row as the tuning leaves it: a candidate of the host's space, as its best trace."""
-    task = library_task(op, params)
+    task = task or library_task(op, params)
     target = host_target()
     trace = default_space(task.program, target).sample(random.Random(3))
     return {"best_trace_json": trace.to_json(), "target": target.canonical()}
@@ -75,7 +79,8 @@ def test_a_wrong_kernel_is_not_timed(tmp_path: Path) -> None:
     """dense_int8 compiled for another output zero point: every output is off."""
     task = library_task("dense_int8", {"m": 4, "k": 16, "n": 16})
     other = library_task("dense_int8", {"m": 4, "k": 16, "n": 16, "y_zero_point": 3})
-    out = compare(_context(tmp_path, with_torch=False), task, compile_program(other.program))
+    wrong = Tuned(task, other.program, compile_program(other.program))
+    out = compare(_context(tmp_path, with_torch=False), task, wrong)
     assert out["correct"] is False and "integer element(s) differ" in out["message"]
     assert out["latency_ms"] is None and out["torch_paths"] == []
 
@@ -83,7 +88,7 @@ def test_a_wrong_kernel_is_not_timed(tmp_path: Path) -> None:
 def test_without_pytorch_the_pytorch_columns_say_dash(tmp_path: Path) -> None:
     """The untuned loop nest of dense_int8: exact, timed beside numpy float32 alone."""
     task = library_task("dense_int8", {"m": 4, "k": 16, "n": 16})
-    out = compare(_context(tmp_path, with_torch=False), task, compile_program(task.program))
+    out = compare(_context(tmp_path, with_torch=False), task, _untuned(task))
     assert out["correct"] is True and out["torch_paths"] == []
     assert set(out["times_ms"]) == {"loomtune", NUMPY_FLOAT32}
     result = {"rows": [{"case": "dense_int8 4×16→16", **out}], "lowp": {"not_measured": []}}
@@ -121,8 +126,25 @@ def test_amx_paths_the_cpu_lacks_are_listed_as_not_measured() -> None:
     assert matmul_int8.goal_for(amx) == (10.0, "AMX")
 
 
+@pytest.mark.skipif(not _host_has("vnni"), reason="no AVX-512 VNNI on this CPU")
+def test_a_dense_int8_with_weights_at_load_times_only_its_per_call_part(tmp_path: Path) -> None:
+    """The row's task declares W, bias and scale constants: the best kernel's packing of W
+    runs once, before the timed calls, and main(prologue(W), X) is still exact."""
+    (workload,) = [w for w in lowp_suite.QUICK_SUITE if w.layout_free]
+    task = workload.task()
+    assert task.layout_free == ("W", "bias", "scale")
+    row = _tensorized_row(task.op, task.params, task)
+    tuned = lowp_run.best_kernel(task, row)
+    assert tuned is not None and tuned.prologue is not None
+    packed = {b.name for b in tuned.prologue[0].outputs}
+    assert packed and packed <= {b.name for b in tuned.main_program.inputs}
+    assert "W" not in {b.name for b in tuned.main_program.inputs}
+    out = compare(_context(tmp_path, with_torch=False), task, tuned)
+    assert out["correct"] is True and out["message"] is None and out["latency_ms"] > 0
+
+
 def test_only_names_operators() -> None:
-    assert [w.op for w in lowp_suite.select(only=["dense_int8"])] == ["dense_int8"]
+    assert [w.op for w in lowp_suite.select(only=["dense_int8"])] == ["dense_int8"] * 2
     with pytest.raises(ValueError, match="unknown workloads"):
         lowp_suite.select(only=["dense"])
 

@@ -8,21 +8,24 @@ import pytest
 
 from codegen.host import host_target
 from codegen.kernel import compile_program
+from ir import compute as te
+from ir import dtype as dt
+from ir.build import build_program
 from ir.expr import Binary, Const
 from ir.lower import lower
 from ir.node import Node, map_children, walk
-from ir.prepack import PrepackError, hoist_constant_blocks, hoistable_reason
+from ir.prepack import PrepackError, hoist_constant_blocks, hoistable_reason, reduction_reason
 from ir.printer import print_program
 from ir.program import For, Program
 from ir.schedule import Schedule
 from ir.schedule.layout import IndexMap, panel_map
 from ir.schedule.state import all_blocks, replace_realize
-from ir.task import Task, library_task
+from ir.task import Task, library_task, with_layout_free
 
 
 def _run(program: Program, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run `program` on the named arrays; its outputs, by name."""
-    outs = {b.name: np.zeros(b.concrete_shape(), np.float32) for b in program.outputs}
+    outs = {b.name: np.zeros(b.concrete_shape(), dt.to_numpy(b.dtype)) for b in program.outputs}
     compile_program(program, host_target(1))(
         *(arrays[b.name] for b in program.inputs), *outs.values()
     )
@@ -161,3 +164,50 @@ def test_a_read_out_of_bounds_over_the_whole_domain_is_not_hoisted() -> None:
         "its read of B is not provably in bounds"
     )
     assert hoist_constant_blocks(program, {"B"})[0] is None
+
+
+DENSE_INT8 = {"m": 4, "k": 24, "n": 16}
+CONSTANTS = {"W", "bias", "scale"}
+
+
+@pytest.mark.parametrize("decompose", [False, True])
+def test_an_integer_sum_of_constants_runs_once(decompose: bool) -> None:
+    """dense_int8's column sums of W (its zero-point correction): one block with an init, or
+    an init and an update block after `decompose_reduction`; either way main reads the sums
+    (and W only where its product does: unpacked here), and the split is exact."""
+    task = with_layout_free(library_task("dense_int8", DENSE_INT8), CONSTANTS)
+    sch = Schedule(task.program)
+    if decompose:
+        sch.decompose_reduction("wsum", sch.get_loops("wsum")[0])
+    prologue, main = _check_split(task, sch.program, CONSTANTS)
+    assert [b.name for b in prologue.outputs] == ["wsum"]
+    assert {b.name for b in main.inputs} == {"X", "W", "bias", "scale", "wsum"}
+    assert {r.block.name for r in all_blocks(main)} == {"acc", "Y"}
+
+
+def _float_column_sums() -> Program:
+    w = te.placeholder((6, 4), "float32", "W")
+    x = te.placeholder((4,), "float32", "X")
+    rk = te.reduce_axis(6, "rk")
+    total = te.compute((4,), lambda j: te.sum(w[rk, j], axis=rk), "total")
+    y = te.compute((4,), lambda j: x[j] + total[j], "Y")
+    return build_program(te.Workload("column_sums", (w, x), (y,)))
+
+
+def test_a_float_sum_of_constants_stays_per_call() -> None:
+    """Re-nested, a float sum could add its terms in another order: not bit for bit."""
+    program = _float_column_sums()
+    group = [r for r in all_blocks(program) if r.block.name == "total"]
+    assert reduction_reason(group, {"W"}) == (
+        "not an integer reduction (a float sum's order would change)"
+    )
+    assert hoist_constant_blocks(program, {"W"}) == (None, program)
+
+
+def test_a_sum_that_reads_a_per_call_input_stays() -> None:
+    task = library_task("dense_int8", DENSE_INT8)
+    acc = [r for r in all_blocks(task.program) if r.block.name == "acc"]
+    assert reduction_reason(acc, CONSTANTS) == "reads something that is not a constant input"
+    wsum = [r for r in all_blocks(task.program) if r.block.name == "wsum"]
+    assert reduction_reason(wsum, CONSTANTS) is None
+    assert reduction_reason(wsum, {"X"}) == "reads something that is not a constant input"
