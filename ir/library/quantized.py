@@ -136,12 +136,14 @@ ZERO_POINT_PARAMS = (
 def _requantize(
     acc: Tensor, wsum: Tensor, x_zero_point: int, bias: Tensor, scale: Tensor, y_zero_point: int
 ) -> Tensor:
-    """Y[..., o] = uint8(clip(rint(float32(acc − x_zero_point·wsum[o] + bias[o]) · scale[0])
+    """Y[..., o] = uint8(clip(rint(float32(bias[o] − x_zero_point·wsum[o] + acc) · scale[0])
     + y_zero_point, 0, 255))."""
 
     def body(*idx: Expr) -> Expr:
         o = idx[-1]
-        exact = acc[idx] - wsum[o] * x_zero_point + bias[o]
+        # The column sums come first: the naive program computes them before the product,
+        # so the requantization can fold into the product's write-back (int32 adds commute).
+        exact = bias[o] - wsum[o] * x_zero_point + acc[idx]
         v = cast("float32", exact) * scale[0]
         v = rint(v) + float(y_zero_point)
         return cast("uint8", maximum(minimum(v, 255.0), 0.0))

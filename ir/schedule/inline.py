@@ -178,9 +178,9 @@ def reverse_compute_inline(program: Program, block: str) -> Program:
           vi_1 = spatial(4, i_1) ...
           C[vi_1] = B[vi_1] + 1.0
 
-    Refused unless: the consumer is one store with no reduction, reads the buffer
-    once, at its own distinct iteration variables (all of them), and is its only
-    reader; the producer is an element-wise single store, the buffer's only
+    The producer is the intermediate the consumer reads that is written last. Refused
+    unless: the consumer is one store with no reduction, reads the buffer once, at its
+    own distinct iteration variables (all of them), and is its only reader; the producer is an element-wise single store, the buffer's only
     writer, writing an intermediate buffer at distinct iteration variables of the
     same extents; the consumer's other inputs are finished before the producer and
     its output is written by it alone and read only after it.
@@ -197,12 +197,14 @@ def reverse_compute_inline(program: Program, block: str) -> Program:
         raise ScheduleError(f'{what}: block "{block}" must be a single buffer store')
     allocs = {a.name for a in program.allocs}
     candidates = [b for b in read_buffers(cb) if b in allocs and writers(program, b)]
-    if len(candidates) != 1:
-        found = ", ".join(candidates) or "none"
-        raise ScheduleError(
-            f'{what}: block "{block}" must read exactly one intermediate buffer (reads {found})'
-        )
-    name = candidates[0]
+    if not candidates:
+        raise ScheduleError(f'{what}: block "{block}" reads no intermediate buffer')
+    # The producer is the intermediate written last; any other must be final before it
+    # (dense_int8's requantization reads its product and W's column sums, summed first).
+    pos = statement_positions(program)
+    name = max(
+        candidates, key=lambda b: max(pos[("block", w.block.name)] for w in writers(program, b))
+    )
     ws = writers(program, name)
     if len(ws) != 1:
         raise ScheduleError(f"{what}: {name} is written by several blocks")
@@ -228,7 +230,6 @@ def reverse_compute_inline(program: Program, block: str) -> Program:
     check_domain_predicate(c, what)
 
     out_buf = cstore.buffer
-    pos = statement_positions(program)
     if pos[("block", block)] < pos[("block", p.block.name)]:
         raise ScheduleError(f'{what}: block "{block}" is not after its producer "{p.block.name}"')
     if [x.block.name for x in writers(program, out_buf.name)] != [block]:

@@ -370,13 +370,38 @@ def test_reverse_compute_inline_after_transpose(golden) -> None:
     assert_correct(task, sch.program, threads=2)
 
 
+def test_reverse_compute_inline_folds_into_the_intermediate_written_last() -> None:
+    """C reads two intermediates: it folds into the later one's store, which reads the
+    earlier one, already final there."""
+    A = te.placeholder((37,), "float32", "A")
+    B = te.compute((37,), lambda i: A[i] * 2.0, "B")
+    B2 = te.compute((37,), lambda i: A[i] + 1.0, "B2")
+    C = te.compute((37,), lambda i: B[i] - B2[i], "C")
+    task = _task("two", (A,), (C,))
+    sch = Schedule(task.program)
+    sch.reverse_compute_inline("C")
+    assert "C[vi_1] = B[vi_1] - (A[vi_1] + 1.0)" in print_program(sch.program)
+    assert_correct(task, sch.program)
+
+
+def test_dense_int8_requantizes_in_its_products_write_back() -> None:
+    """Y reads the product and W's column sums, summed before it (exact integers)."""
+    task = library_task("dense_int8", {"m": 5, "k": 12, "n": 16})
+    sch = Schedule(task.program)
+    sch.cache_write("acc", 0)
+    sch.reverse_compute_inline("Y")
+    assert {b.name for b in sch.program.allocs} >= {"wsum"} and "acc" not in {
+        b.name for b in sch.program.allocs
+    }
+    assert_correct(task, sch.program)
+
+
 def test_reverse_compute_inline_refusals() -> None:
     sch = Schedule(library_task("dense", DENSE).program)
     assert_refused(sch, lambda s: s.reverse_compute_inline("Y"), '"XW"', "reduction")
     softmax = Schedule(library_task("softmax", SOFTMAX).program)
-    assert_refused(
-        softmax, lambda s: s.reverse_compute_inline("Y"), '"Y"', "exactly one intermediate"
-    )
+    # Y reads exp and exp_sum: the one written last, the sum, is its producer, a reduction
+    assert_refused(softmax, lambda s: s.reverse_compute_inline("Y"), '"exp_sum"', "reduction")
 
     A = te.placeholder((37,), "float32", "A")
     B = te.compute((37,), lambda i: A[i] * 2.0, "B")
