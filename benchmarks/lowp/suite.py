@@ -48,7 +48,11 @@ SUITE = (
     LowpWorkload("matmul_bf16 1024³", "matmul_bf16", _CUBE, 4.0, 4.0, "amx_bf16"),
     LowpWorkload("dense_int8 128×768→3072", "dense_int8", _DENSE, 8.0, 8.0),
     LowpWorkload(
-        "dense_int8 128×768→3072, weights at load", "dense_int8", _DENSE, 8.0, 8.0,
+        "dense_int8 128×768→3072, weights at load",
+        "dense_int8",
+        _DENSE,
+        8.0,
+        8.0,
         layout_free=_CONSTANTS,
     ),
 )
@@ -58,7 +62,9 @@ QUICK_SUITE = (
     LowpWorkload("matmul_bf16 64³", "matmul_bf16", {"m": 64, "n": 64, "k": 64}, amx="amx_bf16"),
     LowpWorkload("dense_int8 16×64→64", "dense_int8", {"m": 16, "k": 64, "n": 64}),
     LowpWorkload(
-        "dense_int8 16×64→64, weights at load", "dense_int8", {"m": 16, "k": 64, "n": 64},
+        "dense_int8 16×64→64, weights at load",
+        "dense_int8",
+        {"m": 16, "k": 64, "n": 64},
         layout_free=_CONSTANTS,
     ),
 )
