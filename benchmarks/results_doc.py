@@ -133,9 +133,10 @@ def cell(key: str, value: Any) -> str:
     return str(value)
 
 
-ROW_KEYS = {"models": ("model", "threads")}
-"""Suites whose runs may cover some of the rows (`models --models NAMES`): per machine, the
-newest row of each key stands, each shown with its own run (a row without `threads`: 1)."""
+ROW_KEYS = {"models": ("model", "threads"), "lowp": ("workload", "path")}
+"""Suites whose runs may cover some of the rows (`models --models NAMES`, `lowp --only OPS`):
+per machine, the newest row of each key stands, each shown with its own run (a row
+without `threads`: 1)."""
 
 
 def newest(lines: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

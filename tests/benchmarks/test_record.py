@@ -103,3 +103,26 @@ def test_model_runs_of_some_models_keep_each_models_newest_rows() -> None:
         assert f"| {shown} |" in page
     assert "| 1.25 |" not in page and "| 4.25 |" not in page  # superseded rows
     assert "# 2026-01-01T" in page and page.count("- znver4 (CPU, 2 cores)") == 4
+
+
+def test_lowp_runs_of_some_operators_keep_each_rows_newest() -> None:
+    """`lowp --only dense_int8` after a full run: the full run's other rows still stand."""
+
+    def entry(utc: str, rows: dict[str, float]) -> dict:
+        return {
+            "suite": "lowp",
+            "kind": "lowp",
+            "command": f"python -m benchmarks lowp # {utc}",
+            "utc": utc,
+            "seed": 0,
+            "machine": {"cpu_model": "CPU", "cpu": "znver5", "cores": 2},
+            "versions": {},
+            "rows": [{"workload": w, "final_ms": ms} for w, ms in rows.items()],
+        }
+
+    lines = [
+        entry("2026-01-01T00:00:00Z", {"matmul_int8 1024³": 2.25, "dense_int8 x": 1.25}),
+        entry("2026-01-02T00:00:00Z", {"dense_int8 x": 3.25}),
+    ]
+    page = results_doc.document(lines)
+    assert "| 2.25 |" in page and "| 3.25 |" in page and "| 1.25 |" not in page
