@@ -52,6 +52,7 @@ from ir.program import (
     For,
     IntrinsicCall,
     Program,
+    Stmt,
     seq,
 )
 from ir.schedule.state import all_blocks, fresh_names, remove_stmt
@@ -124,7 +125,7 @@ def hoist_constant_blocks(
         allocs=tuple(b for b in program.allocs if b.name not in packed_names),
     )
     read_by_prologue = {
-        ld.buffer.name for r in hoisted for ld in _loads(r.block) + _init_loads(r.block)
+        ld.buffer.name for r in hoisted for ld in _loads(r.block.body) + _loads(r.block.init)
     }
     prologue = Program(
         f"{program.name}_prologue",
@@ -162,7 +163,7 @@ def hoistable_reason(
         return "does not write one intermediate buffer"
     if writers != 1:
         return "its buffer has other writers"
-    loads = _loads(block)
+    loads = _loads(block.body)
     if not loads or any(ld.buffer.name not in constant for ld in loads):
         return "reads something that is not a constant input"
     if any(rd.buffer.name not in constant for rd in block.reads):
@@ -173,10 +174,8 @@ def hoistable_reason(
     if domain is None:
         return "its domain is not constant"
     for ld in loads:
-        for idx, size in zip(ld.indices, ld.buffer.concrete_shape()):
-            rng = bound(idx, domain)
-            if rng is None or rng[0] < 0 or rng[1] >= size:
-                return f"its read of {ld.buffer.name} is not provably in bounds"
+        if not _in_bounds(ld.indices, ld.buffer.concrete_shape(), domain):
+            return f"its read of {ld.buffer.name} is not provably in bounds"
     return None
 
 
@@ -185,13 +184,13 @@ def reduction_reason(group: list[BlockRealize], constant: Set[str]) -> str | Non
     run once at load as an integer reduction over constants (None: they can)."""
     if len(group) == 1:
         init_block, update = None, group[0].block
-        if not isinstance(update.init, BufferStore) or _loads_of(update.init):
+        if not isinstance(update.init, BufferStore) or _loads(update.init):
             return "not a reduction with a constant init"
     elif len(group) == 2:
         init_block, update = group[0].block, group[1].block
         if init_block.init is not None or update.init is not None:
             return "not an init block and an update block"
-        if not isinstance(init_block.body, BufferStore) or _loads_of(init_block.body):
+        if not isinstance(init_block.body, BufferStore) or _loads(init_block.body):
             return "its init is not a constant store"
         if init_block.is_reduction:
             return "its init block reduces"
@@ -221,17 +220,15 @@ def reduction_reason(group: list[BlockRealize], constant: Set[str]) -> str | Non
     domain = _domain(update.iter_vars)
     if domain is None:
         return "its domain is not constant"
-    for ld in _loads(update):
+    for ld in _loads(update.body):
         if ld.buffer.name == buffer.name:
             if ld.indices != store.indices:
                 return "it reads another element of its own buffer"
             continue
         if ld.buffer.name not in constant:
             return "reads something that is not a constant input"
-        for idx, size in zip(ld.indices, ld.buffer.concrete_shape()):
-            rng = bound(idx, domain)
-            if rng is None or rng[0] < 0 or rng[1] >= size:
-                return f"its read of {ld.buffer.name} is not provably in bounds"
+        if not _in_bounds(ld.indices, ld.buffer.concrete_shape(), domain):
+            return f"its read of {ld.buffer.name} is not provably in bounds"
     if any(rd.buffer.name not in {*constant, buffer.name} for rd in update.reads):
         return "reads something that is not a constant input"
     return None
@@ -243,10 +240,8 @@ def _covers(indices: tuple[Expr, ...], ivars: list[IterVar], shape: tuple[int, .
     domain = _domain(tuple(ivars))
     if domain is None or not _one_to_one(indices, [iv.var for iv in ivars]):
         return False
-    for idx, size in zip(indices, shape):
-        rng = bound(idx, domain)
-        if rng is None or rng[0] < 0 or rng[1] >= size:
-            return False
+    if not _in_bounds(indices, shape, domain):
+        return False
     return math.prod(hi - lo + 1 for lo, hi in domain.values()) == math.prod(shape)
 
 
@@ -254,12 +249,15 @@ def _vars(e: Expr) -> set[Var]:
     return {n for n in walk(e) if isinstance(n, Var)}
 
 
-def _loads_of(stmt: BufferStore) -> list[Load]:
-    return [n for n in walk(stmt.value) if isinstance(n, Load)]
-
-
-def _init_loads(block: Block) -> list[Load]:
-    return [n for n in walk(block.init) if isinstance(n, Load)] if block.init else []
+def _in_bounds(
+    indices: tuple[Expr, ...], shape: tuple[int, ...], domain: dict[Var, tuple[int, int]]
+) -> bool:
+    """Whether every index stays inside its dimension over the whole `domain`."""
+    for idx, size in zip(indices, shape):
+        rng = bound(idx, domain)
+        if rng is None or rng[0] < 0 or rng[1] >= size:
+            return False
+    return True
 
 
 def _one_to_one(indices: tuple[Expr, ...], ivars: list[Var]) -> bool:
@@ -286,8 +284,9 @@ def _written(r: BlockRealize) -> str:
     return r.block.writes[0].buffer.name if r.block.writes else ""
 
 
-def _loads(block: Block) -> list[Load]:
-    return [n for n in walk(block.body) if isinstance(n, Load)]
+def _loads(stmt: Stmt | None) -> list[Load]:
+    """The loads in `stmt` (a block's body or init; none for None)."""
+    return [n for n in walk(stmt) if isinstance(n, Load)] if stmt is not None else []
 
 
 def _domain(iter_vars: tuple[IterVar, ...]) -> dict[Var, tuple[int, int]] | None:
