@@ -53,13 +53,16 @@ def _host_has(intrinsic: str) -> bool:
 
 
 @pytest.mark.skipif(not _host_has("vnni"), reason="no AVX-512 VNNI on this CPU")
-def test_a_vnni_kernel_is_verified_and_timed_beside_numpy_float32_and_torch(
+def test_a_tensorized_int8_kernel_is_verified_and_timed_beside_numpy_float32_and_torch(
     tmp_path: Path,
 ) -> None:
+    """On the host's widest int8 instruction: AMX where the CPU has it, else VNNI."""
     torch = pytest.importorskip("torch")
     task = library_task("matmul_int8", SMALL)
     row = _tensorized_row("matmul_int8", SMALL)
-    assert lowp_run.tensorized_with(row["best_trace_json"]) == "vnni"
+    widest = "amx_int8" if _host_has("amx_int8") else "vnni"
+    print(f"int8 kernel tensorized with {widest} on {host_target().cpu}")
+    assert lowp_run.tensorized_with(row["best_trace_json"]) == widest
     out = compare(_context(tmp_path), task, lowp_run.best_kernel(task, row))
     assert out["correct"] is True and out["message"] is None
     # the baseline is numpy's float32 matmul of the same shape, timed in the same call
