@@ -7,8 +7,9 @@
 - Floating-point arithmetic carries `reassoc contract nsz` so LLVM may form FMAs
   and reassociate reductions; results stay within DESIGN.md's tolerance.
 - Vectorized loops become `<W x T>` operations (see `codegen/vector.py` for the
-  width and the legality check); unrolled loops are emitted unrolled; parallel
-  loops are outlined and run fork-join on a persistent thread pool (the last section of
+  width and the legality check); unrolled loops are emitted unrolled (a nest of
+  AMX tile products only is one `TileRegion`: its tiles stay in registers,
+  `codegen/intrinsics.py`); parallel loops are outlined and run fork-join on a persistent thread pool (the last section of
   this module; the pool is codegen/threadpool.py).
 - This module emits statements, functions and the module; expressions, LLVM
   types and integer constant folding are in `codegen/emit_expr.py`.
@@ -37,7 +38,7 @@ from codegen.emit_expr import (
     VectorLane,
     memory_type,
 )
-from codegen.intrinsics import AMX_INTRINSICS, emit_intrinsic
+from codegen.intrinsics import AMX_INTRINSICS, TileRegion, emit_intrinsic, tile_products_only
 from codegen.vector import VectorPlan
 from ir import dtype as dt
 from ir.errors import IRError
@@ -74,6 +75,7 @@ class FunctionEmitter(ExpressionEmitter):
         self.builder = ll.IRBuilder(self.body_start)
         self.fail_block = fn.append_basic_block("alloc_failed")
         self.vec: VectorLane | None = None
+        self.tiles: TileRegion | None = None
 
     def math_call(self, fn: str, dtype: str, v: ll.Value) -> ll.Value:
         return mathfn.call(self, fn, dtype, v)
@@ -159,10 +161,16 @@ class FunctionEmitter(ExpressionEmitter):
     def _for(self, s: For) -> None:
         extent = s.extent
         if s.kind == "unrolled" and isinstance(extent, Const):
+            region = self.tiles is None and tile_products_only(s)
+            if region:
+                self.tiles = TileRegion()
             for i in range(int(extent.value)):
                 self.scope.vars[s.var] = ll.Constant(I64, i)
                 self.stmt(s.body)
             del self.scope.vars[s.var]
+            if region:
+                self.tiles.flush(self)  # type: ignore[union-attr]
+                self.tiles = None
             return
         if (
             s.kind == "parallel"

@@ -14,20 +14,27 @@ product becomes ~46 `vpmaddwd`-based instructions, not one `vpdpbusd`), hence
 explicit intrinsics. AMX tiles are `x86_amx` values of LLVM's `.internal`
 intrinsics, for which LLVM writes the tile configuration (`ldtilecfg`) itself;
 a module using them also asks Linux for permission to use the tile data
-(`codegen.amx`).
+(`codegen.amx`). LLVM neither forwards a stored tile to a later load nor
+carries one around a loop, so within a straight-line run of tile products (a
+`TileRegion`: an unrolled nest of nothing else) the emitter keeps the C tiles
+in registers, loads each A and B tile once for the products next to each
+other, and stores the C tiles once at the end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 
 from llvmlite import ir as ll
 
 from codegen.emit_expr import I8, I32, I64, PTR, ExpressionEmitter
 from ir.errors import IRError
+from ir.expr import Const, Var
 from ir.intrinsics import get_intrinsic
-from ir.program import IntrinsicCall
+from ir.node import Node, walk
+from ir.program import For, IntrinsicCall, SeqStmt, Stmt
 
 FunctionEmitter = ExpressionEmitter
 """What implementations emit into (`codegen.emit.FunctionEmitter`, which extends it)."""
@@ -42,6 +49,9 @@ class Operand:
     ptr: ll.Value
     strides: tuple[int, ...]
     name: str
+    key: Hashable = None
+    """The address as the program spells it (buffer, index, the values of its variables):
+    equal keys are the same element within one straight-line region."""
 
 
 Implementation = Callable[[FunctionEmitter, Sequence[Operand]], None]
@@ -93,10 +103,70 @@ def emit_intrinsic(
             f.gep(a.buffer, f.expr(a.indices[0])),
             tuple(int(s[0]) for s in a.steps),
             a.buffer.name,
+            _address_key(f, a.buffer, a.indices[0]),
         )
         for a in call.args
     ]
     impl(f, ops)
+
+
+def _address_key(f: FunctionEmitter, buffer: Node, index: Node) -> Hashable:
+    values = []
+    for v in sorted({n for n in walk(index) if isinstance(n, Var)}, key=lambda v: v.name):
+        value = f.scope.vars.get(v)
+        if value is not None:  # a loop's value: a constant when unrolled, else its phi
+            values.append((v.name, str(value) if isinstance(value, ll.Constant) else id(value)))
+    return (buffer, index, tuple(values))
+
+
+_LOADED_TILES = 4
+"""A and B tiles a region keeps for reuse: a 2 x 2 register tile's two of each."""
+
+
+@dataclass
+class TileRegion:
+    """AMX tiles held in registers across a straight-line run of tile products."""
+
+    acc: dict[Hashable, tuple[ll.Value, ll.Value, ll.Value]] = field(default_factory=dict)
+    """C tiles by address: (tile, pointer, row stride in bytes), stored at the end."""
+    loaded: OrderedDict[Hashable, ll.Value] = field(default_factory=OrderedDict)
+    """The last A and B tiles loaded, by address, least recently used first."""
+
+    def load(self, f: FunctionEmitter, op: Operand, stride: ll.Value) -> ll.Value:
+        tile = self.loaded.get(op.key)
+        if tile is None:
+            tile = f.builder.call(_tile_load(f), [_ROWS, _COLSB, op.ptr, stride])
+            if len(self.loaded) >= _LOADED_TILES:
+                self.loaded.popitem(last=False)
+        self.loaded[op.key] = tile
+        self.loaded.move_to_end(op.key)
+        return tile
+
+    def flush(self, f: FunctionEmitter) -> None:
+        """Store every C tile (the end of the region)."""
+        for tile, ptr, stride in self.acc.values():
+            f.builder.call(_tile_store(f), [_ROWS, _COLSB, ptr, stride, tile])
+        self.acc.clear()
+        self.loaded.clear()
+
+
+def tile_products_only(stmt: Node) -> bool:
+    """Whether `stmt` is a straight-line run of AMX tile products: unrolled loops of
+    constant extent and sequences around them, nothing else (a `TileRegion`)."""
+    calls = 0
+    for n in walk(stmt):
+        if isinstance(n, IntrinsicCall):
+            if n.name not in AMX_INTRINSICS:
+                return False
+            calls += 1
+        elif isinstance(n, For):
+            if n.kind != "unrolled" or not isinstance(n.extent, Const):
+                return False
+        elif isinstance(n, SeqStmt):
+            continue
+        elif isinstance(n, Stmt):
+            return False
+    return calls > 0
 
 
 def _expect(name: str, op: Operand, strides: Sequence[int | None]) -> None:
@@ -190,29 +260,47 @@ AMX = _NamedType("x86_amx")
 """A tile register value."""
 
 
+_ROWS = ll.Constant(I16, 16)
+_COLSB = ll.Constant(I16, 64)
+
+
+def _tile_load(f: FunctionEmitter) -> ll.Function:
+    return f.m.declare("llvm.x86.tileloadd64.internal", AMX, [I16, I16, PTR, I64])
+
+
+def _tile_store(f: FunctionEmitter) -> ll.Function:
+    return f.m.declare("llvm.x86.tilestored64.internal", ll.VoidType(), [I16, I16, PTR, I64, AMX])
+
+
 def _amx_tile_product(f: FunctionEmitter, ops: Sequence[Operand], instr: str, size: int) -> None:
     """C (16 x 16 x 4 bytes) += A (16 rows x 64 bytes) . B (16 rows x 64 bytes, VNNI layout),
-    each tile loaded with its row stride in bytes; `size` is the element size of A and B."""
+    each tile loaded with its row stride in bytes; `size` is the element size of A and B.
+    Inside a `TileRegion` C stays in its register and A and B are loaded once."""
     c_op, a_op, b_op = ops
     pack = 4 // size
     _expect(instr, c_op, (None, 1, 0, 0))
     _expect(instr, a_op, (None, 0, pack, 1))
     _expect(instr, b_op, (0, pack, None, 1))
     b = f.builder
-    m = f.m
-    load = m.declare("llvm.x86.tileloadd64.internal", AMX, [I16, I16, PTR, I64])
-    store = m.declare("llvm.x86.tilestored64.internal", ll.VoidType(), [I16, I16, PTR, I64, AMX])
-    dot = m.declare(f"llvm.x86.{instr}.internal", AMX, [I16, I16, I16, AMX, AMX, AMX])
-    rows, colsb = ll.Constant(I16, 16), ll.Constant(I16, 64)
-
-    def stride(bytes_: int) -> ll.Constant:
-        return ll.Constant(I64, bytes_)
-
-    c = b.call(load, [rows, colsb, c_op.ptr, stride(c_op.strides[0] * 4)])
-    a = b.call(load, [rows, colsb, a_op.ptr, stride(a_op.strides[0] * size)])
-    w = b.call(load, [rows, colsb, b_op.ptr, stride(b_op.strides[2] * size)])
-    out = b.call(dot, [rows, colsb, colsb, c, a, w])
-    b.call(store, [rows, colsb, c_op.ptr, stride(c_op.strides[0] * 4), out])
+    dot = f.m.declare(f"llvm.x86.{instr}.internal", AMX, [I16, I16, I16, AMX, AMX, AMX])
+    c_stride = ll.Constant(I64, c_op.strides[0] * 4)
+    a_stride = ll.Constant(I64, a_op.strides[0] * size)
+    b_stride = ll.Constant(I64, b_op.strides[2] * size)
+    region: TileRegion | None = getattr(f, "tiles", None)
+    if region is None:
+        load = _tile_load(f)
+        c = b.call(load, [_ROWS, _COLSB, c_op.ptr, c_stride])
+        a = b.call(load, [_ROWS, _COLSB, a_op.ptr, a_stride])
+        w = b.call(load, [_ROWS, _COLSB, b_op.ptr, b_stride])
+        out = b.call(dot, [_ROWS, _COLSB, _COLSB, c, a, w])
+        b.call(_tile_store(f), [_ROWS, _COLSB, c_op.ptr, c_stride, out])
+        return
+    held = region.acc.get(c_op.key)
+    c = held[0] if held else b.call(_tile_load(f), [_ROWS, _COLSB, c_op.ptr, c_stride])
+    a = region.load(f, a_op, a_stride)
+    w = region.load(f, b_op, b_stride)
+    out = b.call(dot, [_ROWS, _COLSB, _COLSB, c, a, w])
+    region.acc[c_op.key] = (out, c_op.ptr, c_stride)
 
 
 @register_implementation("amx_int8", amx=True)

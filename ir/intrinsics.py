@@ -51,6 +51,13 @@ class TensorIntrinsic:
     free_rows: frozenset[str] = frozenset()
     packs: tuple[tuple[str, Callable[..., tuple], Callable[..., tuple]], ...] = ()
     doc: str = ""
+    max_outputs: int | None = None
+    """Most outputs a register tile keeps live at once (None: the tiling rule's default).
+    AMX has 8 tile registers: 4 C tiles beside 2 A and 2 B tiles."""
+    unroll_reduction: bool = False
+    """The accumulators stay in registers only within straight-line code (AMX tiles, which
+    LLVM neither forwards from a store nor carries around a loop), so the tiling rule
+    unrolls the inner reduction tile around the register tile."""
     _program: list[Program] = field(default_factory=list, compare=False, repr=False)
 
     @property
@@ -187,6 +194,8 @@ AMX_INT8 = register_intrinsic(
         _amx("uint8", "int8", "int32", 4),
         features=("amx-tile", "amx-int8"),
         free_rows=frozenset({"A", "B", "C"}),
+        max_outputs=4,
+        unroll_reduction=True,
         packs=(
             (
                 "B",
@@ -203,6 +212,8 @@ AMX_BF16 = register_intrinsic(
         _amx("bfloat16", "bfloat16", "float32", 2),
         features=("amx-tile", "amx-bf16"),
         free_rows=frozenset({"A", "B", "C"}),
+        max_outputs=4,
+        unroll_reduction=True,
         packs=(
             (
                 "B",

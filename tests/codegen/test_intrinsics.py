@@ -85,6 +85,38 @@ def test_amx_kernel_runs_exactly_where_the_cpu_has_amx() -> None:
     np.testing.assert_array_equal(c, task.reference([a, b])[0])
 
 
+def amx_register_tile(m: int = 64, n: int = 32, k: int = 256) -> Program:
+    """A 2 x 2 tile of C over 4 steps of K, all unrolled: one straight-line `TileRegion`."""
+    sch = Schedule(library_task("matmul_int8", {"m": m, "n": n, "k": k}).program)
+    i, j, r = sch.get_loops("C")
+    i0, i2, i1 = sch.split(i, [None, 2, 16])
+    j0, j2, j1 = sch.split(j, [None, 2, 16])
+    r0, rk, r1, r2 = sch.split(r, [None, 4, 16, 4])
+    sch.reorder(i0, j0, r0, rk, i2, j2, i1, j1, r1, r2)
+    sch.transform_layout("C", "B", INTRINSICS["amx_int8"].packs[0][1])
+    tile = sch.tensorize(sch.blockize(i1), "amx_int8", features=[f[1:] for f in AMX_FEATURES])
+    for loop in (rk, i2, j2):
+        sch.unroll(loop)
+    sch.decompose_reduction(tile, r0)  # the init before the products, as the space leaves it
+    return sch.program
+
+
+def test_a_register_tile_of_amx_products_keeps_its_c_tiles_in_registers() -> None:
+    """16 products of a 2 x 2 tile over 4 K steps: C loaded and stored once per tile, each A
+    and B tile loaded once per step (4 + 4 x 4 loads, 4 stores), compiled for Sapphire Rapids
+    anywhere; run where the CPU has AMX."""
+    asm = assembly(amx_register_tile(), SAPPHIRE)
+    count = {op: asm.count(op) for op in ("tdpbusd", "tileloadd", "tilestored")}
+    assert count == {"tdpbusd": 2 * 16, "tileloadd": 2 * 20, "tilestored": 2 * 4}  # 2 row blocks
+    if not (HOST.has_feature("amx-tile") and HOST.has_feature("amx-int8")):
+        pytest.skip(f"not run: this CPU ({HOST.cpu}) has no AMX; assembly checked only")
+    task = library_task("matmul_int8", {"m": 64, "n": 32, "k": 256})
+    a, b = task.make_inputs()
+    c = np.zeros((64, 32), np.int32)
+    compile_program(amx_register_tile(), HOST)(a, b, c)
+    np.testing.assert_array_equal(c, task.reference([a, b])[0])
+
+
 def test_amx_kernel_without_permission_fails_with_a_message() -> None:
     """Where the OS refuses AMX (this CPU has none), the kernel returns before its first tile
     instruction: an error naming AMX, not SIGILL."""

@@ -146,7 +146,7 @@ class MultiLevelTilingIntrin(ScheduleRule):
         # 2. the operands packed into the instruction's layout
         _pack(sch, block, intrin)
         # 3. SSRSRS over what is left, then the intrinsic's loops in the description's order
-        tiles = self._tiles(sch, outer, roles, [bool(t) for t in plan])
+        tiles = self._tiles(sch, outer, roles, [bool(t) for t in plan], intrin)
         parts = [sch.split(lp, f) for lp, f in zip(outer, tiles)]
         levels = {"S": 0, "R": 0}
         groups: list[tuple[str, list[LoopRef]]] = []
@@ -161,6 +161,9 @@ class MultiLevelTilingIntrin(ScheduleRule):
         sch.reorder(*order, *_description_order(intrin_loops, roles, intrin))
         for lp in groups[-1][1]:  # the register tile: unrolled, so accumulators stay in registers
             sch.unroll(lp)
+        if intrin.unroll_reduction:  # AMX: tiles stay in registers only in straight-line code
+            for lp in groups[-2][1]:
+                sch.unroll(lp)
         # 4. the accumulator and its write-back, as multi-level-tiling
         output = find_block(sch.program, block).block.writes[0].buffer.name
         writeback = sch.cache_write(b, 0, "local")
@@ -178,10 +181,16 @@ class MultiLevelTilingIntrin(ScheduleRule):
         sch.tensorize(sch.blockize(first), intrin.name, features=ctx.target.features)
 
     def _tiles(
-        self, sch: TracedSchedule, loops: list[LoopRef], roles: list[str], mapped: list[bool]
+        self,
+        sch: TracedSchedule,
+        loops: list[LoopRef],
+        roles: list[str],
+        mapped: list[bool],
+        intrin: TensorIntrinsic,
     ) -> list[list[IntRV]]:
         """Sampled tiles (4 spatial levels, 2 reduction levels), the register tile (S3)
-        between `min_accumulators` and `max_accumulators` intrinsic outputs and the inner
+        between `min_accumulators` and `max_accumulators` intrinsic outputs (at most the
+        intrinsic's `max_outputs`: AMX's 8 tile registers hold 4 C tiles) and the inner
         reduction tile (R1) at least `min_reduce_factor` intrinsic steps where the shape
         allows (redrawn up to `_DRAWS` times; recorded as ordinary decisions). A short R1
         reloads the accumulators from memory every few instructions: at 1024^3 every
@@ -193,6 +202,8 @@ class MultiLevelTilingIntrin(ScheduleRule):
         Spatial loops the intrinsic does not split get covering tiles (a guard on the
         block's own axis); the outer parts of split ones perfect tiles, whose guard
         `reverse_compute_at` could not read as a bound of the block's domain."""
+        most = intrin.max_outputs or self.max_accumulators
+        least = min(self.min_accumulators, most)
         cover = [role == "spatial" and not m for role, m in zip(roles, mapped)]
         extents = [int(find_loop(sch.program, lp.name).extent.value) for lp in loops]  # type: ignore[attr-defined]
         shapes = [
@@ -215,9 +226,9 @@ class MultiLevelTilingIntrin(ScheduleRule):
                     for t, (e, _, _), role in zip(draw, shapes, roles)
                     if role == "reduce"
                 )
-                if acc > self.max_accumulators:
+                if acc > most:
                     continue
-                if deep and acc >= self.min_accumulators:
+                if deep and acc >= least:
                     fallback = (True, draw)
                     break
                 if fallback is None or (deep and not fallback[0]):
