@@ -379,6 +379,23 @@ class ExpressionEmitter:
             return b.uitofp(v, tt) if dt.is_float(dst) else b.zext(v, tt)
         if dt.is_float(src) and dt.is_float(dst):
             return b.fpext(v, tt) if dt.bits(dst) > dt.bits(src) else b.fptrunc(v, tt)
+        if dt.is_float(src) and dt.bits(dst) < 32:
+            # Clamped in floating point (NaN to 0), then a plain conversion: the saturating
+            # conversion's value, which LLVM's fpto[su]i.sat gets one vcvttss2si a lane.
+            bits = dt.bits(dst)
+            lo, hi = (
+                (0, (1 << bits) - 1)
+                if not dt.is_signed(dst)
+                else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+            )
+            low, high, zero = (
+                ll.Constant(st, x) if lanes == 1 else ll.Constant(st, [x] * lanes)
+                for x in (float(lo), float(hi), 0.0)
+            )
+            v = b.select(b.fcmp_unordered("uno", v, v), zero, v)
+            v = b.select(b.fcmp_ordered("<", v, low), low, v)
+            v = b.select(b.fcmp_ordered(">", v, high), high, v)
+            return b.trunc(b.fptosi(v, llvm_type("int32", lanes)), tt)
         if dt.is_float(src):
             sat = "llvm.fptosi.sat" if dt.is_signed(dst) else "llvm.fptoui.sat"
             name = f"{sat}.{type_suffix(tt)}.{type_suffix(st)}"
