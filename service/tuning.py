@@ -418,6 +418,10 @@ def _shares(tasks: Sequence[ModelTaskState]) -> None:
 FINISH_S_PER_TASK = 4.0
 """Seconds a time-bounded model run keeps back per task for finishing it (re-timing its
 finalists, compiling the winner; docs/decisions.md, Models)."""
+TAIL_S_PER_TASK = 1.0
+"""Of those, seconds per task (per thread count in the choice: twice above one thread) that
+re-timing leaves for what follows it — deciding thread counts, compiling the model — which
+ran 4–22 s past an 18- or 12-minute budget on an Intel VM (docs/decisions.md, Models)."""
 
 
 class ModelTuning:
@@ -431,9 +435,10 @@ class ModelTuning:
     so as measurements arrive the tasks that dominate the model's time get more.
 
     `time_budget_s` bounds the whole of `tune` and `finish` from construction: tuning
-    stops early enough to leave `FINISH_S_PER_TASK` per task (at most a quarter of the
-    budget) for finishing, and finishing re-times the tasks in order of their share of
-    the model's time while the budget lasts (the rest keep their tuning medians' best).
+    stops early enough to leave `FINISH_S_PER_TASK` and `TAIL_S_PER_TASK` per task (at
+    most a quarter of the budget) for finishing, and finishing re-times the tasks in order
+    of their share of the model's time while the budget, less the tail (thread counts,
+    compiling), lasts (the rest keep their tuning medians' best).
     """
 
     def __init__(
@@ -533,7 +538,11 @@ class ModelTuning:
         """What the time budget leaves for tuning once finishing is kept back."""
         assert self.deadline is not None
         left = self.deadline - time.monotonic()
-        return left - min(FINISH_S_PER_TASK * len(self.tasks), left / 4)
+        return left - min(FINISH_S_PER_TASK * len(self.tasks) + self._tail_seconds(), left / 4)
+
+    def _tail_seconds(self) -> float:
+        """What finishing keeps back after re-timing: the thread-count choice and the compile."""
+        return TAIL_S_PER_TASK * len(self.tasks) * (2 if self.target.num_threads > 1 else 1)
 
     def finish(self, *, check: bool = True, timing: bool = True) -> ModelTuneResult:
         """Re-time the finalists of every task this run measured (the database's best from
@@ -547,11 +556,12 @@ class ModelTuning:
             zip(self.plan.tasks, self.tasks),
             key=lambda pair: -(pair[1].count * (pair[1].best_ms or 0.0)),
         )
+        tail = self._tail_seconds()
         for plan_task, state in by_share:
             if (
                 state.trials_done
                 and self.deadline is not None
-                and time.monotonic() >= self.deadline
+                and time.monotonic() >= self.deadline - tail
             ):
                 self.not_retimed.append(state.pattern)
             elif state.trials_done:
