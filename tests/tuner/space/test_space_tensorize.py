@@ -9,9 +9,8 @@ import pytest
 
 from codegen.host import host_target
 from ir.node import walk
-from ir.program import BufferStore, For
 from ir.target import Target, parse_short
-from ir.task import Task, library_task
+from ir.task import library_task
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct
 from tuner.space import default_space
 from tuner.trace.trace import Trace
@@ -118,26 +117,3 @@ def test_the_simulated_runner_charges_intrinsic_calls() -> None:
     call = next(n for n in walk(program.body) if isinstance(n, IntrinsicCall))
     alone = Program("one_call", program.inputs, program.outputs, call, program.allocs)
     assert analytic_cost_ms(alone) == (1 + len(call.args)) * NS_PER_UNIT * 1e-6
-
-
-def _packed_under_column_tile(trace: Trace, task: Task) -> bool:
-    """Whether the weight's packing copy runs inside a column-tile loop of the product."""
-    program = trace.apply(task.program).program
-    return any(
-        isinstance(n, For)
-        and n.var.name.startswith("j")
-        and any(isinstance(s, BufferStore) and s.buffer.name == "W_packed" for s in walk(n.body))
-        for n in walk(program.body)
-    )
-
-
-def test_the_weight_is_packed_up_front_or_per_column_tile() -> None:
-    """A sampled location: the whole weight before the product, or each column tile's
-    panels just before they are read (while in cache) — exact either way."""
-    task = library_task("dense_int8", {"m": 32, "k": 128, "n": 1024})
-    traces = samples("dense_int8", {"m": 32, "k": 128, "n": 1024}, VNNI, n=12)
-    under = [t for t in traces if _packed_under_column_tile(t, task)]
-    assert 0 < len(under) < len(traces)
-    if "+avx512vnni" not in host_target().features:
-        pytest.skip("not run: no AVX-512 VNNI on this CPU; sampled only")
-    check_correct(task, under[0], VNNI)

@@ -14,10 +14,7 @@ VNNI / AVX-512 BF16) becomes the innermost tile and the search tiles around it:
   outside the intrinsic), the register tile S3 at most `max_accumulators`
   intrinsic outputs, unrolled;
 - the operand the instruction wants in another layout (vnni's B as
-  [N/16][K/4][16][4]) is packed by `transform_layout`, inside the kernel: up
-  front, or per column tile just before its panels are read (a sampled
-  location, as multi-level-tiling places its panels; up front it is what a
-  model's load hoists);
+  [N/16][K/4][16][4]) is packed by `transform_layout`, inside the kernel;
 - a local accumulator (`cache_write`), element-wise consumers folded into its
   write-back, written back at a sampled level (as multi-level-tiling);
 - the intrinsic's loops are blockized and tensorized (the block keeps the
@@ -38,7 +35,7 @@ from collections.abc import Callable, Sequence
 from ir.expr import Expr
 from ir.intrinsics import INTRINSICS, TensorIntrinsic
 from ir.program import Program
-from ir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
+from ir.schedule import LoopRV, Schedule, ScheduleError
 from ir.schedule.analysis import writers
 from ir.schedule.state import all_blocks, find_block, find_loop, loops_above
 from ir.schedule.tensorize import operand_buffers
@@ -47,7 +44,7 @@ from tuner.space.context import SpaceContext
 from tuner.space.rules.base import RULES, ScheduleRule
 from tuner.space.rules.multi_level_tiling import MultiLevelTiling
 from tuner.trace.sampling import sample_cover_tile, sample_perfect_tile
-from tuner.trace.traced_schedule import BlockRef, IntRV, LoopRef, TracedSchedule
+from tuner.trace.traced_schedule import IntRV, LoopRef, TracedSchedule
 
 PREFERENCE = ("amx_int8", "amx_bf16", "vnni", "avx512_bf16")
 """Intrinsics in the order the rule tries them: the widest first. vdpbf16ps (`avx512_bf16`)
@@ -147,7 +144,7 @@ class MultiLevelTilingIntrin(ScheduleRule):
                 outer.append(lp)
                 intrin_loops.append([])
         # 2. the operands packed into the instruction's layout
-        packings = _pack(sch, block, intrin, unroll=False)
+        _pack(sch, block, intrin)
         # 3. SSRSRS over what is left, then the intrinsic's loops in the description's order
         tiles = self._tiles(sch, outer, roles, [bool(t) for t in plan], intrin)
         parts = [sch.split(lp, f) for lp, f in zip(outer, tiles)]
@@ -162,11 +159,6 @@ class MultiLevelTilingIntrin(ScheduleRule):
             groups.append((ch, picked))
         order = [lp for _, g in groups for lp in g]
         sch.reorder(*order, *_description_order(intrin_loops, roles, intrin))
-        # the packing up front, or per column tile while it is in cache (a sampled location)
-        columns = max(k for k, role in enumerate(roles) if role == "spatial")
-        for packing in packings:
-            MultiLevelTiling._place_pack(sch, packing, parts[columns][:2])
-            _unroll_copy(sch, packing)
         for lp in groups[-1][1]:  # the register tile: unrolled, so accumulators stay in registers
             sch.unroll(lp)
         if intrin.unroll_reduction:  # AMX: tiles stay in registers only in straight-line code
@@ -311,14 +303,10 @@ def _padding(program: Program, block: str, plan: list[list[int]]) -> list[int] |
     return factors if any(e % f for e, f in zip(extents, factors)) else None
 
 
-def _pack(
-    sch: Schedule | TracedSchedule, block: str, intrin: TensorIntrinsic, unroll: bool = True
-) -> list[BlockRV | BlockRef]:
-    """The operands the instruction wants in another layout, packed (their packing blocks);
-    a zero-padded copy (`pad_einsum`) is folded into the packing, so the weight is copied
-    once. `unroll`: the copies unrolled now, not after they are placed."""
+def _pack(sch: Schedule | TracedSchedule, block: str, intrin: TensorIntrinsic) -> None:
+    """The operands the instruction wants in another layout, packed; a zero-padded copy
+    (`pad_einsum`) is folded into the packing, so the weight is copied once."""
     buffers = operand_buffers(sch.program, block, intrin.name) or {}
-    packings: list[BlockRV | BlockRef] = []
     for operand, index_map, inverse in intrin.packs:
         source = buffers[operand]
         ndim = next(
@@ -331,22 +319,15 @@ def _pack(
         padded = writers(sch.program, source)
         if padded and is_legal(sch.program, lambda s, n=source: s.compute_inline(n)):
             sch.compute_inline(sch.get_block(padded[0].block.name))
-        if unroll:
-            _unroll_copy(sch, packing)
-        packings.append(packing)
-    return packings
-
-
-def _unroll_copy(sch: Schedule | TracedSchedule, packing: BlockRV | BlockRef) -> None:
-    """One tile row of the packed layout per unrolled copy: contiguous stores from a few
-    vector loads and shuffles (LLVM's SLP), ~6x faster than the scattered bytes."""
-    loops = sch.get_loops(packing)
-    product = 1
-    for lp in reversed(loops):
-        product *= int(find_loop(sch.program, lp.name).extent.value)  # type: ignore[attr-defined]
-        if product > _PACK_UNROLL:
-            break
-        sch.unroll(lp)
+        # one tile row of the packed layout per unrolled copy: contiguous stores from a few
+        # vector loads and shuffles (LLVM's SLP), ~6x faster than the scattered bytes
+        loops = sch.get_loops(packing)
+        product = 1
+        for lp in reversed(loops):
+            product *= int(find_loop(sch.program, lp.name).extent.value)  # type: ignore[attr-defined]
+            if product > _PACK_UNROLL:
+                break
+            sch.unroll(lp)
 
 
 def _leading(
