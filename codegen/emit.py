@@ -9,8 +9,9 @@
 - Vectorized loops become `<W x T>` operations (see `codegen/vector.py` for the
   width and the legality check); unrolled loops are emitted unrolled (a nest of
   AMX tile products only is one `TileRegion`: its tiles stay in registers,
-  `codegen/intrinsics.py`); parallel loops are outlined and run fork-join on a persistent thread pool (the last section of
-  this module; the pool is codegen/threadpool.py).
+  `codegen/intrinsics.py`); parallel loops are outlined and run fork-join on a
+  persistent thread pool (the last section of this module; the pool is
+  codegen/threadpool.py).
 - This module emits statements, functions and the module; expressions, LLVM
   types and integer constant folding are in `codegen/emit_expr.py`.
 - Scratch buffers come from aligned_alloc (64-byte aligned); the function returns

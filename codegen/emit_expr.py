@@ -382,15 +382,9 @@ class ExpressionEmitter:
         if dt.is_float(src) and dt.bits(dst) < 32:
             # Clamped in floating point (NaN to 0), then a plain conversion: the saturating
             # conversion's value, which LLVM's fpto[su]i.sat gets one vcvttss2si a lane.
-            bits = dt.bits(dst)
-            lo, hi = (
-                (0, (1 << bits) - 1)
-                if not dt.is_signed(dst)
-                else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-            )
             low, high, zero = (
-                ll.Constant(st, x) if lanes == 1 else ll.Constant(st, [x] * lanes)
-                for x in (float(lo), float(hi), 0.0)
+                _splat(llvm_type(src), lanes, float(x))
+                for x in (dt.min_value(dst), dt.max_value(dst), 0.0)
             )
             v = b.select(b.fcmp_unordered("uno", v, v), zero, v)
             v = b.select(b.fcmp_ordered("<", v, low), low, v)
@@ -436,7 +430,7 @@ class ExpressionEmitter:
         return b.trunc(b.select(is_nan, quiet_nan, rounded), vt(I16))
 
 
-def _splat(t: ll.Type, lanes: int, value: int) -> ll.Constant:
+def _splat(t: ll.Type, lanes: int, value: int | float) -> ll.Constant:
     return (
         ll.Constant(ll.VectorType(t, lanes), [value] * lanes)
         if lanes > 1
