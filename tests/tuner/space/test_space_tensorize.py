@@ -8,9 +8,11 @@ import random
 import pytest
 
 from codegen.host import host_target
+from ir.expr import Load
 from ir.node import walk
+from ir.program import BufferStore, For
 from ir.target import Target, parse_short
-from ir.task import library_task
+from ir.task import Task, library_task
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct
 from tuner.space import default_space
 from tuner.trace.trace import Trace
@@ -117,3 +119,52 @@ def test_the_simulated_runner_charges_intrinsic_calls() -> None:
     call = next(n for n in walk(program.body) if isinstance(n, IntrinsicCall))
     alone = Program("one_call", program.inputs, program.outputs, call, program.allocs)
     assert analytic_cost_ms(alone) == (1 + len(call.args)) * NS_PER_UNIT * 1e-6
+
+
+def _packed_under_column_tile(trace: Trace, task: Task) -> bool:
+    """Whether the weight's packing copy runs inside a column-tile loop of the product."""
+    program = trace.apply(task.program).program
+    return any(
+        isinstance(n, For)
+        and n.var.name.startswith("j")
+        and any(isinstance(s, BufferStore) and s.buffer.name == "W_packed" for s in walk(n.body))
+        for n in walk(program.body)
+    )
+
+
+def _sums_beside_packing(trace: Trace, task: Task) -> bool:
+    """Whether W's column sums run in the same column-tile loop as its packing, the
+    reduction over W's rows outside the loop over its columns."""
+
+    def sums(s: object) -> bool:
+        return (
+            isinstance(s, BufferStore)
+            and s.buffer.name == "wsum"
+            and any(isinstance(ld, Load) and ld.buffer.name == "W" for ld in walk(s.value))
+        )
+
+    program = trace.apply(task.program).program
+    for n in walk(program.body):
+        if not (isinstance(n, For) and n.var.name.startswith("j")):
+            continue
+        stores = {s.buffer.name for s in walk(n.body) if isinstance(s, BufferStore)}
+        if {"W_packed", "wsum"} <= stores:
+            outer = next(f for f in walk(n.body) if isinstance(f, For) and any(map(sums, walk(f))))
+            return int(outer.extent.value) == task.params["k"]
+    return False
+
+
+def test_the_weight_is_packed_up_front_or_per_column_tile() -> None:
+    """A sampled location: the whole weight before the product, or each column tile's
+    panels just before they are read (while in cache), its column sums beside them —
+    exact either way."""
+    task = library_task("dense_int8", {"m": 32, "k": 128, "n": 1024})
+    traces = samples("dense_int8", {"m": 32, "k": 128, "n": 1024}, VNNI, n=12)
+    under = [t for t in traces if _packed_under_column_tile(t, task)]
+    assert 0 < len(under) < len(traces)
+    beside = [t for t in under if _sums_beside_packing(t, task)]
+    assert beside
+    if "+avx512vnni" not in host_target().features:
+        pytest.skip("not run: no AVX-512 VNNI on this CPU; sampled only")
+    check_correct(task, under[0], VNNI)
+    check_correct(task, beside[0], VNNI)

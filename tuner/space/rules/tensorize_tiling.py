@@ -14,7 +14,10 @@ VNNI / AVX-512 BF16) becomes the innermost tile and the search tiles around it:
   outside the intrinsic), the register tile S3 at most `max_accumulators`
   intrinsic outputs, unrolled;
 - the operand the instruction wants in another layout (vnni's B as
-  [N/16][K/4][16][4]) is packed by `transform_layout`, inside the kernel;
+  [N/16][K/4][16][4]) is packed by `transform_layout`, inside the kernel: up
+  front, or per column tile just before its panels are read (a sampled
+  location, as multi-level-tiling places its panels; up front it is what a
+  model's load hoists);
 - a local accumulator (`cache_write`), element-wise consumers folded into its
   write-back, written back at a sampled level (as multi-level-tiling);
 - the intrinsic's loops are blockized and tensorized (the block keeps the
@@ -35,16 +38,16 @@ from collections.abc import Callable, Sequence
 from ir.expr import Expr
 from ir.intrinsics import INTRINSICS, TensorIntrinsic
 from ir.program import Program
-from ir.schedule import LoopRV, Schedule, ScheduleError
+from ir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
 from ir.schedule.analysis import writers
-from ir.schedule.state import all_blocks, find_block, find_loop, loops_above
+from ir.schedule.state import all_blocks, block_name, find_block, find_loop, loop_name, loops_above
 from ir.schedule.tensorize import operand_buffers
 from tuner.space.analysis import is_legal, loop_role
 from tuner.space.context import SpaceContext
 from tuner.space.rules.base import RULES, ScheduleRule
 from tuner.space.rules.multi_level_tiling import MultiLevelTiling
 from tuner.trace.sampling import sample_cover_tile, sample_perfect_tile
-from tuner.trace.traced_schedule import IntRV, LoopRef, TracedSchedule
+from tuner.trace.traced_schedule import BlockRef, IntRV, LoopRef, TracedSchedule
 
 PREFERENCE = ("amx_int8", "amx_bf16", "vnni", "avx512_bf16")
 """Intrinsics in the order the rule tries them: the widest first. vdpbf16ps (`avx512_bf16`)
@@ -144,7 +147,7 @@ class MultiLevelTilingIntrin(ScheduleRule):
                 outer.append(lp)
                 intrin_loops.append([])
         # 2. the operands packed into the instruction's layout
-        _pack(sch, block, intrin)
+        packings = _pack(sch, block, intrin, unroll=False)
         # 3. SSRSRS over what is left, then the intrinsic's loops in the description's order
         tiles = self._tiles(sch, outer, roles, [bool(t) for t in plan], intrin)
         parts = [sch.split(lp, f) for lp, f in zip(outer, tiles)]
@@ -159,6 +162,16 @@ class MultiLevelTilingIntrin(ScheduleRule):
             groups.append((ch, picked))
         order = [lp for _, g in groups for lp in g]
         sch.reorder(*order, *_description_order(intrin_loops, roles, intrin))
+        # the packing up front, or per column tile while it is in cache (a sampled location)
+        columns = max(k for k, role in enumerate(roles) if role == "spatial")
+        placed: list[tuple[str, LoopRef]] = []
+        for packing in packings:
+            MultiLevelTiling._place_pack(sch, packing, parts[columns][:2])
+            _unroll_copy(sch, packing)
+            above = {lp.var.name for lp in loops_above(sch.program, block_name(packing))}
+            under = [lp for lp in parts[columns][:2] if loop_name(lp) in above]
+            if under:
+                placed.append((_source_of(sch.program, block_name(packing)), under[-1]))
         for lp in groups[-1][1]:  # the register tile: unrolled, so accumulators stay in registers
             sch.unroll(lp)
         if intrin.unroll_reduction:  # AMX: tiles stay in registers only in straight-line code
@@ -175,6 +188,8 @@ class MultiLevelTilingIntrin(ScheduleRule):
             else sch.sample_loop(choices, [1 / len(choices)] * len(choices))
         )
         sch.reverse_compute_at(writeback, at)
+        for source, loop in placed:
+            _colocate_sums(sch, source, loop)
         # 5. the intrinsic's loops as one block, replaced by the instruction
         # (`decompose-reduction` later moves the block's init out of its reduction loops)
         first = _description_order(intrin_loops, roles, intrin)[0]
@@ -303,10 +318,14 @@ def _padding(program: Program, block: str, plan: list[list[int]]) -> list[int] |
     return factors if any(e % f for e, f in zip(extents, factors)) else None
 
 
-def _pack(sch: Schedule | TracedSchedule, block: str, intrin: TensorIntrinsic) -> None:
-    """The operands the instruction wants in another layout, packed; a zero-padded copy
-    (`pad_einsum`) is folded into the packing, so the weight is copied once."""
+def _pack(
+    sch: Schedule | TracedSchedule, block: str, intrin: TensorIntrinsic, unroll: bool = True
+) -> list[BlockRV | BlockRef]:
+    """The operands the instruction wants in another layout, packed (their packing blocks);
+    a zero-padded copy (`pad_einsum`) is folded into the packing, so the weight is copied
+    once. `unroll`: the copies unrolled now, not after they are placed."""
     buffers = operand_buffers(sch.program, block, intrin.name) or {}
+    packings: list[BlockRV | BlockRef] = []
     for operand, index_map, inverse in intrin.packs:
         source = buffers[operand]
         ndim = next(
@@ -319,15 +338,72 @@ def _pack(sch: Schedule | TracedSchedule, block: str, intrin: TensorIntrinsic) -
         padded = writers(sch.program, source)
         if padded and is_legal(sch.program, lambda s, n=source: s.compute_inline(n)):
             sch.compute_inline(sch.get_block(padded[0].block.name))
-        # one tile row of the packed layout per unrolled copy: contiguous stores from a few
-        # vector loads and shuffles (LLVM's SLP), ~6x faster than the scattered bytes
-        loops = sch.get_loops(packing)
-        product = 1
-        for lp in reversed(loops):
-            product *= int(find_loop(sch.program, lp.name).extent.value)  # type: ignore[attr-defined]
-            if product > _PACK_UNROLL:
-                break
-            sch.unroll(lp)
+        if unroll:
+            _unroll_copy(sch, packing)
+        packings.append(packing)
+    return packings
+
+
+def _unroll_copy(sch: Schedule | TracedSchedule, packing: BlockRV | BlockRef) -> None:
+    """One tile row of the packed layout per unrolled copy: contiguous stores from a few
+    vector loads and shuffles (LLVM's SLP), ~6x faster than the scattered bytes."""
+    loops = sch.get_loops(packing)
+    product = 1
+    for lp in reversed(loops):
+        product *= int(find_loop(sch.program, lp.name).extent.value)  # type: ignore[attr-defined]
+        if product > _PACK_UNROLL:
+            break
+        sch.unroll(lp)
+
+
+def _source_of(program: Program, packing: str) -> str:
+    """The buffer a packing block copies."""
+    r = find_block(program, packing)
+    written = {w.buffer.name for w in r.block.writes}
+    return next(rd.buffer.name for rd in r.block.reads if rd.buffer.name not in written)
+
+
+def _colocate_sums(sch: TracedSchedule, source: str, loop: LoopRef) -> None:
+    """Sums of the packed operand alone (dense_int8's column sums of W, for the zero-point
+    correction) computed under the loop its packing went under, reduction outside the
+    columns: each iteration sums the columns it packs, from cache, where a separate pass
+    would read the whole weight from memory again."""
+    for r in all_blocks(sch.program):
+        name = r.block.name
+        written = {w.buffer.name for w in r.block.writes}
+        reads = {rd.buffer.name for rd in r.block.reads} - written
+        if r.block.init is None or reads != {source}:
+            continue
+        at = loop_name(loop)
+        if not _computes_once(sch.program, name, at):
+            continue
+        b = sch.get_block(name)
+        sch.compute_at(b, loop)
+        mine = sch.get_loops(b)
+        inner = mine[[loop_name(lp) for lp in mine].index(at) + 1 :]
+        body = find_block(sch.program, name)
+        role = {lp.var.name: loop_role(body, lp) for lp in loops_above(sch.program, name)}
+        reduce = [lp for lp in inner if role[loop_name(lp)] == "reduce"]
+        spatial = [lp for lp in inner if role[loop_name(lp)] != "reduce"]
+        if reduce and spatial:
+            sch.reorder(*reduce, *spatial)
+
+
+def _computes_once(program: Program, block: str, loop: str) -> bool:
+    """Whether `block` may be computed at `loop` without repeating itself: every loop around
+    it that repeats feeds its iteration variables (under a row-tile loop, the sums would
+    be summed again for every row tile; the verify postprocessor rejects that)."""
+    scratch = Schedule(program)
+    try:
+        scratch.compute_at(block, loop)
+    except ScheduleError:
+        return False
+    r = find_block(scratch.program, block)
+    return all(
+        loop_role(r, lp) != "none"
+        for lp in loops_above(scratch.program, block)
+        if int(lp.extent.value) != 1  # type: ignore[attr-defined]
+    )
 
 
 def _leading(
