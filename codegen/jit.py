@@ -52,6 +52,7 @@ __all__ = [
     "link_shared_library",
     "optimize",
     "undefined_symbols",
+    "wide_vectors",
     "write_assembly",
     "write_llvm_ir",
     "write_object",
@@ -114,9 +115,25 @@ def ensure_llvm() -> None:
 # Target machines and the optimisation pipeline
 
 
-def _feature_string(target: Target) -> str:
+TENSOR_INSTRUCTIONS = ("@llvm.x86.tdp", "@llvm.x86.avx512.vpdpbusd", "@llvm.x86.avx512bf16.")
+"""Calls that mark a module as using tensor instructions (AMX, AVX-512 VNNI, AVX-512 BF16)."""
+
+
+def wide_vectors(ir_text: str) -> bool:
+    """Whether a module's own vector width should also be LLVM's vectorizers' width.
+
+    LLVM prefers 256-bit vectors on Intel's AVX-512 CPUs (its `prefer-256-bit`
+    tuning) wherever it vectorizes by itself. A module with tensor instructions
+    also copies weights into their layouts, scalar byte copies that the SLP
+    vectorizer turns into shuffles: at 256 bits twice as many loads and
+    byte permutes as at 512 (docs/decisions.md, "dense_int8 per call").
+    """
+    return any(name in ir_text for name in TENSOR_INSTRUCTIONS)
+
+
+def _feature_string(target: Target, *, wide: bool = False) -> str:
     """Features for ``create_target_machine``: the enabled ones, and on the host
-    CPU also the host's disabled ones.
+    CPU also the host's disabled ones; with `wide` (and AVX-512), no 256-bit preference.
 
     A CPU name implies features; a virtual machine can hide some of them
     (AVX-512, say), so on the host's CPU name the features the host lacks are
@@ -126,22 +143,26 @@ def _feature_string(target: Target) -> str:
     if target.cpu == host_cpu_name():
         enabled = {feature[1:] for feature in target.features}
         features += [f for f in host_cpu_disabled_features() if f[1:] not in enabled]
+    if wide and "+avx512f" in features:
+        features.append("-prefer-256-bit")
     return ",".join(features)
 
 
-def create_target_machine(target: Target, *, jit: bool = False) -> llvm.TargetMachine:
+def create_target_machine(
+    target: Target, *, jit: bool = False, wide: bool = False
+) -> llvm.TargetMachine:
     """A target machine for ``target``'s CPU and features at O3.
 
     ``jit=False`` (export): PIC relocations and the default (small) code
     model, as a ``.so`` needs. ``jit=True``: what MCJIT wants (the JIT code
-    model, default relocations).
+    model, default relocations). ``wide``: see `wide_vectors`.
     """
     ensure_llvm()
     llvm_target = llvm.Target.from_triple(llvm.get_process_triple())
     if jit:
         return llvm_target.create_target_machine(
             cpu=target.cpu,
-            features=_feature_string(target),
+            features=_feature_string(target, wide=wide),
             opt=3,
             reloc="default",
             codemodel="jitdefault",
@@ -149,7 +170,7 @@ def create_target_machine(target: Target, *, jit: bool = False) -> llvm.TargetMa
         )
     return llvm_target.create_target_machine(
         cpu=target.cpu,
-        features=_feature_string(target),
+        features=_feature_string(target, wide=wide),
         opt=3,
         reloc="pic",
         codemodel="default",
@@ -309,7 +330,7 @@ def _optimized(
             )
         defined = frozenset(fn.name for fn in module.functions if not fn.is_declaration)
         # Triple and data layout first: the passes read type sizes and vector costs from them.
-        machine = create_target_machine(target)
+        machine = create_target_machine(target, wide=wide_vectors(ir_text))
         module.triple = llvm.get_process_triple()
         module.data_layout = str(machine.target_data)
         optimize(module, machine, options.opt_level, options.loop_vectorize, options.slp_vectorize)
@@ -364,7 +385,7 @@ class CompiledModule:
         with _LLVM_LOCK:
             # 3. JIT; the engine owns the module and its target machine now
             self._engine = llvm.create_mcjit_compiler(
-                module, create_target_machine(target, jit=True)
+                module, create_target_machine(target, jit=True, wide=wide_vectors(ir_text))
             )
             self._engine.finalize_object()
             self._engine.run_static_constructors()
