@@ -165,13 +165,13 @@ class MultiLevelTilingIntrin(ScheduleRule):
         # the packing up front, or per column tile while it is in cache (a sampled location)
         columns = max(k for k, role in enumerate(roles) if role == "spatial")
         placed: list[tuple[str, LoopRef]] = []
-        for packing in packings:
+        for source, packing in packings:
             MultiLevelTiling._place_pack(sch, packing, parts[columns][:2])
             _unroll_copy(sch, packing)
             above = {lp.var.name for lp in loops_above(sch.program, block_name(packing))}
             under = [lp for lp in parts[columns][:2] if loop_name(lp) in above]
             if under:
-                placed.append((_source_of(sch.program, block_name(packing)), under[-1]))
+                placed.append((source, under[-1]))
         for lp in groups[-1][1]:  # the register tile: unrolled, so accumulators stay in registers
             sch.unroll(lp)
         if intrin.unroll_reduction:  # AMX: tiles stay in registers only in straight-line code
@@ -320,12 +320,13 @@ def _padding(program: Program, block: str, plan: list[list[int]]) -> list[int] |
 
 def _pack(
     sch: Schedule | TracedSchedule, block: str, intrin: TensorIntrinsic, unroll: bool = True
-) -> list[BlockRV | BlockRef]:
-    """The operands the instruction wants in another layout, packed (their packing blocks);
+) -> list[tuple[str, BlockRV | BlockRef]]:
+    """The operands the instruction wants in another layout, packed (each buffer packed and
+    its packing block);
     a zero-padded copy (`pad_einsum`) is folded into the packing, so the weight is copied
     once. `unroll`: the copies unrolled now, not after they are placed."""
     buffers = operand_buffers(sch.program, block, intrin.name) or {}
-    packings: list[BlockRV | BlockRef] = []
+    packings: list[tuple[str, BlockRV | BlockRef]] = []
     for operand, index_map, inverse in intrin.packs:
         source = buffers[operand]
         ndim = next(
@@ -340,7 +341,7 @@ def _pack(
             sch.compute_inline(sch.get_block(padded[0].block.name))
         if unroll:
             _unroll_copy(sch, packing)
-        packings.append(packing)
+        packings.append((source, packing))
     return packings
 
 
@@ -354,13 +355,6 @@ def _unroll_copy(sch: Schedule | TracedSchedule, packing: BlockRV | BlockRef) ->
         if product > _PACK_UNROLL:
             break
         sch.unroll(lp)
-
-
-def _source_of(program: Program, packing: str) -> str:
-    """The buffer a packing block copies."""
-    r = find_block(program, packing)
-    written = {w.buffer.name for w in r.block.writes}
-    return next(rd.buffer.name for rd in r.block.reads if rd.buffer.name not in written)
 
 
 def _colocate_sums(sch: TracedSchedule, source: str, loop: LoopRef) -> None:
