@@ -204,6 +204,53 @@ def _vnni(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
 
 
 # ---------------------------------------------------------------------------
+# Packing copies: one 64-byte row of an interleaved layout
+
+
+def _pack_rows(f: FunctionEmitter, ops: Sequence[Operand], name: str, bits: int) -> None:
+    """P[c * pack + r] = W[r][c] for 16 columns: the `pack` rows of W loaded whole (16
+    elements each, their row stride given), concatenated and permuted at once (one
+    `vpermb` / `vpermw` where the target has it, else what LLVM picks)."""
+    p_op, w_op = ops
+    pack = 32 // bits
+    _expect(name, p_op, (pack, 1))
+    _expect(name, w_op, (1, None))
+    b = f.builder
+    elem = ll.IntType(bits)
+    row = ll.VectorType(elem, 16)
+    rows = [
+        b.load(
+            b.gep(w_op.ptr, [ll.Constant(I64, r * w_op.strides[1])], source_etype=elem),
+            typ=row,
+            align=1,
+        )
+        for r in range(pack)
+    ]
+    while len(rows) > 1:  # concatenate pairwise: [r0 r1 r2 r3]
+        width = len(rows[0].type)
+        both = ll.Constant(ll.VectorType(I32, 2 * width), list(range(2 * width)))
+        rows = [b.shuffle_vector(rows[k], rows[k + 1], both) for k in range(0, len(rows), 2)]
+    whole = rows[0]
+    mask = [r * 16 + c for c in range(16) for r in range(pack)]
+    out = b.shuffle_vector(
+        whole,
+        ll.Constant(whole.type, ll.Undefined),
+        ll.Constant(ll.VectorType(I32, 16 * pack), mask),
+    )
+    b.store(out, p_op.ptr, align=1)
+
+
+@register_implementation("pack_int8x4")
+def _pack_int8x4(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
+    _pack_rows(f, ops, "pack_int8x4", 8)
+
+
+@register_implementation("pack_bf16x2")
+def _pack_bf16x2(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
+    _pack_rows(f, ops, "pack_bf16x2", 16)
+
+
+# ---------------------------------------------------------------------------
 # AVX-512 BF16
 
 

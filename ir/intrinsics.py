@@ -58,6 +58,9 @@ class TensorIntrinsic:
     """The accumulators stay in registers only within straight-line code (AMX tiles, which
     LLVM neither forwards from a store nor carries around a loop), so the tiling rule
     unrolls the inner reduction tile around the register tile."""
+    pack_copy: str | None = None
+    """The intrinsic that writes one row of the packed layout (`packs`) from the rows of
+    the plain matrix, for the tiling rule's packing copy; None: the copy stays loops."""
     _program: list[Program] = field(default_factory=list, compare=False, repr=False)
 
     @property
@@ -74,7 +77,10 @@ class TensorIntrinsic:
 
     @property
     def ops_per_call(self) -> int:
-        """Multiply-adds times two: the operations one call performs."""
+        """Multiply-adds times two: the operations one call performs (0 for a copy)."""
+        block = next(n for n in walk(self.program.body) if isinstance(n, BlockRealize)).block
+        if not block.is_reduction:
+            return 0
         return 2 * math.prod(self.extents)
 
     def missing_features(self, features: tuple[str, ...] | frozenset[str]) -> list[str]:
@@ -158,6 +164,39 @@ def _amx(dtype_a: str, dtype_b: str, acc: str, pack: int) -> Callable[[], Worklo
     return build
 
 
+def _pack_rows(dtype: str, pack: int) -> Callable[[], Workload]:
+    """One 64-byte row of an interleaved layout: P[c, r] = W[r, c] for 16 columns of
+    `pack` rows of a plain matrix (vnni's and AMX's int8 [.., 16, 4], bf16's [.., 16, 2]).
+
+    LLVM's SLP vectorizer turns the unrolled byte copy into 8 loads, 6 byte permutes and
+    2 stores per row at 256 bits where one concatenation of the rows and one permute do."""
+
+    def build() -> Workload:
+        W = te.placeholder((pack, 16), dtype, "W")
+        P = te.compute((16, pack), lambda c, r: W[r, c], "P")
+        return Workload(f"pack_{dtype}", (W,), (P,))
+
+    return build
+
+
+PACK_INT8X4 = register_intrinsic(
+    TensorIntrinsic(
+        "pack_int8x4",
+        _pack_rows("int8", 4),
+        features=("avx512bw",),
+        free_rows=frozenset({"W"}),
+        doc="a packed row: 16 columns x 4 rows of an int8 matrix, interleaved (64 bytes)",
+    )
+)
+PACK_BF16X2 = register_intrinsic(
+    TensorIntrinsic(
+        "pack_bf16x2",
+        _pack_rows("bfloat16", 2),
+        features=("avx512bw",),
+        free_rows=frozenset({"W"}),
+        doc="a packed row: 16 columns x 2 rows of a bfloat16 matrix, interleaved (64 bytes)",
+    )
+)
 VNNI = register_intrinsic(
     TensorIntrinsic(
         "vnni",
@@ -170,6 +209,7 @@ VNNI = register_intrinsic(
                 lambda p, q, r, c: (q * 4 + c, p * 16 + r),
             ),
         ),
+        pack_copy="pack_int8x4",
         doc="AVX-512 VNNI vpdpbusd: u8 x s8 -> s32, 16 lanes x 4; B packed [N/16][K/4][16][4]",
     )
 )
@@ -185,6 +225,7 @@ AVX512_BF16 = register_intrinsic(
                 lambda p, q, r, c: (q * 2 + c, p * 16 + r),
             ),
         ),
+        pack_copy="pack_bf16x2",
         doc="AVX-512 BF16 vdpbf16ps: bf16 x bf16 -> f32, 16 lanes x 2; B packed [N/16][K/2][16][2]",
     )
 )
@@ -203,6 +244,7 @@ AMX_INT8 = register_intrinsic(
                 lambda a, b, c, d: (a * 64 + c * 4 + d % 4, b * 16 + d // 4),
             ),
         ),
+        pack_copy="pack_int8x4",
         doc="AMX tdpbusd: a 16x16 int32 tile += 16x64 u8 . 64x16 s8 (B in VNNI layout)",
     )
 )
@@ -221,6 +263,7 @@ AMX_BF16 = register_intrinsic(
                 lambda a, b, c, d: (a * 32 + c * 2 + d % 2, b * 16 + d // 2),
             ),
         ),
+        pack_copy="pack_bf16x2",
         doc="AMX tdpbf16ps: a 16x16 float32 tile += 16x32 bf16 . 32x16 bf16 (B in pairs)",
     )
 )

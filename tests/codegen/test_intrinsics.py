@@ -4,6 +4,7 @@ CPU has them), the AMX permission guard, and refusals for targets without the fe
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 from pathlib import Path
 
@@ -209,3 +210,49 @@ def test_exported_amx_library_asks_for_tiles_before_its_first_tile_instruction(
         np.testing.assert_array_equal(c, task.reference([a, b])[0])
     else:
         assert rc == AMX_DENIED and not c.any()
+
+
+def packed_by_rows(op: str, intrinsic: str, m: int = 8, n: int = 48, k: int = 32) -> Program:
+    """`op` on `intrinsic` with its packing copy written a packed row at a time
+    (`pack_int8x4` / `pack_bf16x2`): W's rows n elements apart, 16 columns of them per row."""
+    intrin = INTRINSICS[intrinsic]
+    pack = INTRINSICS[intrin.pack_copy].extents[1]
+    sch = Schedule(library_task(op, {"m": m, "n": n, "k": k}).program)
+    i, j, r = sch.get_loops("C")
+    j0, j1 = sch.split(j, [None, 16])
+    r0, r1 = sch.split(r, [None, pack])
+    sch.reorder(i, j0, r0, j1, r1)
+    copy = sch.transform_layout("C", "B", intrin.packs[0][1], intrin.packs[0][2])
+    sch.tensorize(j1, intrinsic)
+    columns = sch.get_loops(copy)[-2]
+    sch.tensorize(sch.blockize(columns), intrin.pack_copy)
+    return sch.program
+
+
+@pytest.mark.parametrize(
+    ("op", "intrinsic", "cpu", "instruction", "row"),
+    [
+        ("matmul_int8", "vnni", "znver4", "vpdpbusd", "<64 x i8>"),
+        ("matmul_bf16", "avx512_bf16", "cooperlake", "vdpbf16ps", "<32 x i16>"),
+    ],
+)
+def test_a_packed_row_is_written_whole(
+    op: str, intrinsic: str, cpu: str, instruction: str, row: str
+) -> None:
+    """The packing copy stores each packed row as one 64-byte vector by construction (not
+    scalar elements LLVM's vectorizer may or may not gather). Compiled anywhere; run where
+    the CPU has the product's instruction, whose result then checks the layout."""
+    program = packed_by_rows(op, intrinsic)
+    target = parse_short(cpu)
+    text = emit_module(lower(program), "kernel", features=target.features)
+    element = row.split()[-1].rstrip(">")
+    assert f"store {row}" in text
+    assert not re.search(rf"store {element} ", text)
+    assert instruction in assembly(program, target)
+    if not HOST.has_feature(INTRINSICS[intrinsic].features[0]):
+        pytest.skip(f"not run: this CPU ({HOST.cpu}) has no {intrinsic}; compiled only")
+    task = library_task(op, {"m": 8, "n": 48, "k": 32})
+    a, b = task.make_inputs()
+    c = np.full((8, 48), -1, task.output_specs()[0][1])
+    compile_program(program, HOST)(a, b, c)
+    assert mismatch(c, task.reference([a, b])[0], 32) is None

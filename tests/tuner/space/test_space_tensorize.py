@@ -9,8 +9,9 @@ import pytest
 
 from codegen.host import host_target
 from ir.expr import Load
+from ir.intrinsics import INTRINSICS
 from ir.node import walk
-from ir.program import BufferStore, For
+from ir.program import BufferStore, For, IntrinsicCall
 from ir.target import Target, parse_short
 from ir.task import Task, library_task
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct
@@ -23,8 +24,25 @@ AMX = Target.parse(
 )
 
 
-def intrinsics(trace: Trace) -> list[str]:
+def _tensorized(trace: Trace) -> list[str]:
     return [i.attr("intrinsic") for i in trace.instructions if i.kind == "tensorize"]
+
+
+def intrinsics(trace: Trace) -> list[str]:
+    """The products tensorized (not the packing copies)."""
+    return [n for n in _tensorized(trace) if INTRINSICS[n].ops_per_call]
+
+
+def copies(trace: Trace) -> list[str]:
+    """The packing copies written a packed row at a time."""
+    return [n for n in _tensorized(trace) if not INTRINSICS[n].ops_per_call]
+
+
+def _writes(n: object, buffer: str) -> bool:
+    """A store to `buffer`, or an intrinsic call whose output is `buffer`."""
+    if isinstance(n, BufferStore):
+        return n.buffer.name == buffer
+    return isinstance(n, IntrinsicCall) and n.args[0].buffer.name == buffer
 
 
 def samples(op: str, params: dict[str, int], target: Target, n: int = 4) -> list[Trace]:
@@ -37,12 +55,14 @@ def test_every_int8_candidate_is_tensorized_on_a_vnni_target() -> None:
     for trace in samples("matmul_int8", {"m": 1024, "n": 1024, "k": 1024}, VNNI):
         assert intrinsics(trace) == ["vnni"]
         assert "pad_einsum" not in [i.kind for i in trace.instructions]  # whole tiles
+        assert copies(trace) == ["pack_int8x4"]
 
 
 def test_amx_is_preferred_where_the_target_has_it() -> None:
     for trace in samples("matmul_int8", {"m": 40, "n": 32, "k": 100}, AMX, n=2):
         assert intrinsics(trace) == ["amx_int8"]
         assert "pad_einsum" in [i.kind for i in trace.instructions]  # M to 48, K to 128
+        assert copies(trace) == []  # the zero-padded copy stays loops
 
 
 def test_without_the_instruction_the_rule_falls_back_to_vector_tiling() -> None:
@@ -127,7 +147,7 @@ def _packed_under_column_tile(trace: Trace, task: Task) -> bool:
     return any(
         isinstance(n, For)
         and n.var.name.startswith("j")
-        and any(isinstance(s, BufferStore) and s.buffer.name == "W_packed" for s in walk(n.body))
+        and any(_writes(s, "W_packed") for s in walk(n.body))
         for n in walk(program.body)
     )
 
@@ -147,8 +167,7 @@ def _sums_beside_packing(trace: Trace, task: Task) -> bool:
     for n in walk(program.body):
         if not (isinstance(n, For) and n.var.name.startswith("j")):
             continue
-        stores = {s.buffer.name for s in walk(n.body) if isinstance(s, BufferStore)}
-        if {"W_packed", "wsum"} <= stores:
+        if any(_writes(s, "W_packed") for s in walk(n.body)) and any(map(sums, walk(n.body))):
             outer = next(f for f in walk(n.body) if isinstance(f, For) and any(map(sums, walk(f))))
             return int(outer.extent.value) == task.params["k"]
     return False

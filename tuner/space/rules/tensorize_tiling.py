@@ -167,11 +167,12 @@ class MultiLevelTilingIntrin(ScheduleRule):
         placed: list[tuple[str, LoopRef]] = []
         for source, packing in packings:
             MultiLevelTiling._place_pack(sch, packing, parts[columns][:2])
-            _unroll_copy(sch, packing)
             above = {lp.var.name for lp in loops_above(sch.program, block_name(packing))}
             under = [lp for lp in parts[columns][:2] if loop_name(lp) in above]
             if under:
                 placed.append((source, under[-1]))
+            if not _copy_rows(sch, packing, intrin, ctx.target.features):
+                _unroll_copy(sch, packing)
         for lp in groups[-1][1]:  # the register tile: unrolled, so accumulators stay in registers
             sch.unroll(lp)
         if intrin.unroll_reduction:  # AMX: tiles stay in registers only in straight-line code
@@ -343,6 +344,43 @@ def _pack(
             _unroll_copy(sch, packing)
         packings.append((source, packing))
     return packings
+
+
+def _copy_rows(
+    sch: TracedSchedule, packing: BlockRef, intrin: TensorIntrinsic, features: Sequence[str]
+) -> bool:
+    """The packing copy's rows written by the intrinsic's `pack_copy` (whole rows loaded and
+    permuted at once); False where it does not apply (no such intrinsic, a target without
+    it, a zero-padded copy), leaving the copy as loops."""
+    copy = INTRINSICS.get(intrin.pack_copy or "")
+    if copy is None or copy.missing_features(features):
+        return False
+    try:
+        _tensorize_rows(Schedule(sch.program), block_name(packing), copy, features)
+    except ScheduleError:
+        return False
+    _tensorize_rows(sch, packing, copy, features)
+    return True
+
+
+def _tensorize_rows(
+    sch: Schedule | TracedSchedule,
+    packing: str | BlockRef,
+    copy: TensorIntrinsic,
+    features: Sequence[str],
+) -> None:
+    """Split the copy's innermost loop into the packed row's columns and rows where it is
+    one loop over both (AMX's [.., 16·pack]), then tensorize from the columns' loop."""
+    columns, pack = copy.extents
+    loops = sch.get_loops(packing)  # type: ignore[arg-type]
+    extents = [int(find_loop(sch.program, lp.name).extent.value) for lp in loops]  # type: ignore[attr-defined]
+    if extents[-1] == columns * pack:
+        first = sch.split(loops[-1], [columns, pack])[0]  # type: ignore[arg-type]
+    elif extents[-2:] == [columns, pack]:
+        first = loops[-2]
+    else:
+        raise ScheduleError(f"no packed rows of {columns} x {pack} in the copy")
+    sch.tensorize(sch.blockize(first), copy.name, features=features)  # type: ignore[arg-type]
 
 
 def _unroll_copy(sch: Schedule | TracedSchedule, packing: BlockRV | BlockRef) -> None:
