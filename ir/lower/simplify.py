@@ -9,6 +9,8 @@ indices print equal.
 
 from __future__ import annotations
 
+import math
+
 from ir import dtype as dt
 from ir.arith import Bounds, bound, build_linear, linear_form
 from ir.expr import Binary, Cast, Const, Expr, Select
@@ -110,11 +112,32 @@ def _divmod(e: Binary, c: int, env: Bounds) -> Expr:
     if isinstance(e.a, Const):
         v = int(e.a.value)
         return Const(v // c if e.op == "floordiv" else v % c, e.dtype)
+    nested = _nested_divmod(e, c, terms, const, env)
+    if nested is not None:
+        return nested
     if not q_terms and not q_const:
         return Binary(e.op, rest, e.b) if rest != e.a else e
     if e.op == "floormod":
         return Binary("floormod", rest, e.b)
     return Binary("add", build_linear(q_terms, q_const, e.dtype), Binary("floordiv", rest, e.b))
+
+
+def _nested_divmod(e: Binary, c: int, terms: dict, const: int, env: Bounds) -> Expr | None:
+    """(g*q + f) // c -> q // (c/g) and (g*q + f) % c -> (q % (c/g))*g + f, for g dividing c
+    and 0 <= f < g: a row index split by 4 read through a layout of 64-row blocks."""
+    for g in sorted({math.gcd(int(v), c) for v in terms.values()} - {1, c}, reverse=True):
+        coarse = {k: v // g for k, v in terms.items() if v % g == 0}
+        fine = build_linear({k: v for k, v in terms.items() if v % g}, const % g, e.dtype)
+        fb = bound(fine, env)
+        if not coarse or fb is None or fb[0] < 0 or fb[1] >= g:
+            continue
+        q = build_linear(coarse, const // g, e.dtype)
+        outer = Const(c // g, e.dtype)
+        if e.op == "floordiv":
+            return simplify_expr(Binary("floordiv", q, outer), env)
+        high = simplify_expr(Binary("floormod", q, outer), env)
+        return simplify_expr(Binary("add", Binary("mul", high, Const(g, e.dtype)), fine), env)
+    return None
 
 
 # ---------------------------------------------------------------------------

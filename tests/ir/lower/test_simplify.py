@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ir.arith import bound
+from ir.evaluate import eval_expr
 from ir.expr import Const, Var, render
 from ir.lower.simplify import simplify_expr
 
@@ -25,6 +28,31 @@ def test_split_index_folds_with_ranges() -> None:
     assert s((i * 8 + j) // 8) == "i"
     assert s((i * 8 + j) % 8) == "j"
     assert s((i * 8 + j + 3) // 8) != "i"  # j + 3 may reach 8: must not fold
+
+
+def test_a_finer_split_folds_through_a_coarser_divisor() -> None:
+    """(g*q + f) // c with g dividing c and 0 <= f < g: a row split by 4 read through
+    64-row blocks (AMX's packed layout)."""
+    r = Var("r")
+    env = {k: (0, 191), r: (0, 3)}
+    assert render(simplify_expr((k * 4 + r) // 64, env)) == "k // 16"
+    assert render(simplify_expr((k * 4 + r) % 64, env)) == "k % 16 * 4 + r"
+    assert "(" in render(simplify_expr((k * 4 + r + 2) // 64, env))  # r + 2 may reach 4
+    assert render(simplify_expr((k * 4 + r) // 6, env)) == "(k * 4 + r) // 6"  # 4 ∤ 6
+
+
+def test_folded_divisions_agree_with_the_unfolded_on_every_point() -> None:
+    r = Var("r")
+    env = {k: (0, 40), r: (0, 3)}
+    kv, rv = (a.ravel() for a in np.meshgrid(np.arange(41), np.arange(4), indexing="ij"))
+    at = {k: kv, r: rv}
+    mask = np.ones(kv.shape, dtype=bool)
+    for c in (8, 12, 64):
+        for e in ((k * 4 + r) // c, (k * 4 + r) % c):
+            folded = simplify_expr(e, env)
+            assert folded != e
+            want = eval_expr(e, at, {}, mask)
+            np.testing.assert_array_equal(eval_expr(folded, at, {}, mask), want)
 
 
 def test_divmod_without_range_information_is_kept() -> None:
