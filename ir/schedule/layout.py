@@ -207,12 +207,130 @@ def _copy_nest(
     return nest
 
 
-def _install(
-    program: Program, r: BlockRealize, buffer: str, imap: IndexMap, packed: Buffer, nest: For
+def read_through(
+    program: Program,
+    block: str,
+    buffer: str,
+    packed: str,
+    index_map: IndexMap | Callable[..., Sequence[Expr | int]],
 ) -> Program:
-    """Redirect the block's reads of `buffer` to `packed` (through `imap`) and place the copy's
-    nest before the first root statement reading it (after every writer of it, if it is an
-    intermediate)."""
+    """Make `block` read `buffer` from `packed`, a copy of it another block already packs
+    through `index_map` (`transform_layout`'s), so one copy serves two readers.
+
+        W_packed[..] = W[..]  (packing)                 W_packed[..] = W[..]
+        wsum[j] += W[k, j]                        ->    wsum[j] += W_packed[map(k, j)]
+
+    dense_int8's column sums of W then read the layout its product reads, where one
+    instruction sums a packed row (`colsum_int8x4`). The packing block must copy
+    `buffer` whole and plainly (checked on a sample against `index_map`); `block` moves
+    to just after the statement holding the copy, in their innermost common sequence,
+    where nothing it jumps over touches what it reads or writes.
+    """
+    _, _, shape = _source(program, block, buffer)
+    imap = (
+        index_map
+        if isinstance(index_map, IndexMap)
+        else _from_callable(block, len(shape), index_map)
+    )
+    copies = writers(program, packed)
+    if len(copies) != 1:
+        raise ScheduleError(f'block "{block}": {packed} is not written by exactly one block')
+    copy = copies[0]
+    store = copy.block.body
+    if not (
+        isinstance(store, BufferStore)
+        and isinstance(store.value, Load)
+        and store.value.buffer.name == buffer
+    ):
+        raise ScheduleError(
+            f'block "{block}": block "{copy.block.name}" does not copy {buffer} into {packed} '
+            "element for element"
+        )
+    _check_copy(block, imap, copy.block, store, shape)
+    program = _move_after(program, copy.block.name, block)
+    return _redirect(program, find_block(program, block), buffer, imap, store.buffer)
+
+
+def _check_copy(
+    block: str, imap: IndexMap, copy: Block, store: BufferStore, shape: tuple[int, ...]
+) -> None:
+    """The copy writes each element of the source once, where `imap` sends it (sampled)."""
+    domain = [int(iv.extent.value) for iv in copy.iter_vars]  # type: ignore[attr-defined]
+    if math.prod(domain) != math.prod(shape) or math.prod(
+        store.buffer.concrete_shape()
+    ) != math.prod(shape):
+        raise ScheduleError(
+            f'block "{block}": block "{copy.name}" does not copy every element once'
+        )
+    points = math.prod(domain)
+    flat = np.unique(
+        np.concatenate([np.arange(0, points, max(1, points // 4096)), [points - 1]])
+    ).astype(np.int64)
+    env = {
+        iv.var: np.asarray(x, dtype=np.int64)
+        for iv, x in zip(copy.iter_vars, np.unravel_index(flat, domain))
+    }
+    mask = np.ones(flat.shape, dtype=bool)
+
+    def values(exprs: Sequence[Expr], at: dict) -> list[np.ndarray]:
+        return [np.broadcast_to(eval_expr(e, at, {}, mask), flat.shape) for e in exprs]
+
+    src = values(store.value.indices, env)  # type: ignore[attr-defined]
+    dst = values(store.indices, env)
+    mapped = values(imap.dst, {v: x for v, x in zip(imap.src, src)})
+    if len(mapped) != len(dst) or any(not np.array_equal(a, b) for a, b in zip(mapped, dst)):
+        raise ScheduleError(
+            f'block "{block}": block "{copy.name}" does not pack by the index map given'
+        )
+
+
+def _buffers(stmt: Node, kind: str) -> set[str]:
+    """The buffers the blocks in `stmt` read or write (`kind`: "reads" / "writes")."""
+    return {
+        region.buffer.name
+        for n in walk(stmt)
+        if isinstance(n, BlockRealize)
+        for region in getattr(n.block, kind)
+    }
+
+
+def _holds(stmt: Node, block: str) -> bool:
+    return any(isinstance(n, BlockRealize) and n.block.name == block for n in walk(stmt))
+
+
+def _move_after(program: Program, first: str, block: str) -> Program:
+    """Move the statement holding `block` to just after the one holding `first`, in their
+    innermost common sequence (nothing moves if it is there already)."""
+
+    def place(n: Node) -> Node:
+        if not isinstance(n, SeqStmt):
+            return map_children(n, place) if _holds(n, block) and _holds(n, first) else n
+        i = next((k for k, s in enumerate(n.stmts) if _holds(s, first)), None)
+        j = next((k for k, s in enumerate(n.stmts) if _holds(s, block)), None)
+        if i is None or j is None:
+            return n
+        if i == j:
+            return replace(n, stmts=tuple(place(s) if k == i else s for k, s in enumerate(n.stmts)))
+        if j > i:
+            return n
+        moved, between = n.stmts[j], n.stmts[j + 1 : i + 1]
+        touched = set().union(*(_buffers(s, "reads") | _buffers(s, "writes") for s in between))
+        written = set().union(*(_buffers(s, "writes") for s in between))
+        if _buffers(moved, "writes") & touched or _buffers(moved, "reads") & written:
+            raise ScheduleError(
+                f'block "{block}": cannot move it after block "{first}": a statement between '
+                "them uses what it reads or writes"
+            )
+        stmts = (*n.stmts[:j], *between, moved, *n.stmts[i + 1 :])
+        return replace(n, stmts=stmts)
+
+    return replace(program, body=place(program.body))
+
+
+def _redirect(
+    program: Program, r: BlockRealize, buffer: str, imap: IndexMap, packed: Buffer
+) -> Program:
+    """The block's reads of `buffer` redirected to `packed` through `imap`."""
     block = r.block.name
 
     def redirect(n: Node) -> Node:
@@ -240,9 +358,17 @@ def _install(
         alloc_buffers=r.block.alloc_buffers,
         annotations=r.block.annotations,
     )
-    program = replace_realize(
-        program, block, lambda x: BlockRealize(x.values, x.predicate, new_block)
-    )
+    return replace_realize(program, block, lambda x: BlockRealize(x.values, x.predicate, new_block))
+
+
+def _install(
+    program: Program, r: BlockRealize, buffer: str, imap: IndexMap, packed: Buffer, nest: For
+) -> Program:
+    """Redirect the block's reads of `buffer` to `packed` (through `imap`) and place the copy's
+    nest before the first root statement reading it (after every writer of it, if it is an
+    intermediate)."""
+    block = r.block.name
+    program = _redirect(program, r, buffer, imap, packed)
     stmts = list(program.body.stmts) if isinstance(program.body, SeqStmt) else [program.body]
     at = root_index(program, block)
     for w in writers(program, buffer):

@@ -137,6 +137,13 @@ class Schedule:
             self._apply(layout.transform_layout, block_name(block), buffer, index_map, inverse)
         )
 
+    def read_through(self, block: BlockRV | str, buffer: str, packed: str, index_map: Any) -> None:
+        """Make `block` read `buffer` from `packed`, the copy another block packs through
+        `index_map` (`layout.read_through`)."""
+        from ir.schedule import layout
+
+        self._apply_program(layout.read_through, block_name(block), buffer, packed, index_map)
+
     def pack_panels(self, block: BlockRV | str, buffer: str, width: int) -> BlockRV:
         """Pack `buffer` into column panels of `width` (`layout.pack_panels`); returns the packing block."""
         from ir.schedule import layout

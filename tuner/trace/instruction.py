@@ -34,6 +34,7 @@ PRIMITIVES = (
     "decompose_reduction",
     "rfactor",
     "transform_layout",
+    "read_through",
     "pack_panels",
     "pad_einsum",
     "blockize",

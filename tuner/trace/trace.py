@@ -201,6 +201,11 @@ class Trace:
                     f"sch.transform_layout({args[0]}, {attrs['buffer']!r}, {_py(attrs['index_map'])}"
                     + (f", {_py(inverse)})" if inverse is not None else ")")
                 )
+            elif k == "read_through":
+                call = (
+                    f"sch.read_through({args[0]}, {attrs['buffer']!r}, {attrs['packed']!r}, "
+                    f"{_py(attrs['index_map'])})"
+                )
             elif k == "tensorize":
                 call = f"sch.tensorize({args[0]}, {attrs['intrinsic']!r})"
             elif k == "pack_panels":

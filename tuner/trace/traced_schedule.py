@@ -305,6 +305,24 @@ class TracedSchedule:
             lambda: self.sch.transform_layout(block, buffer, index_map, inverse),
         )
 
+    def read_through(self, block: BlockRV, buffer: str, packed: str, index_map: Any) -> None:
+        from ir.schedule.layout import IndexMap
+
+        if not isinstance(index_map, IndexMap):
+            reads = find_block(self.program, block_name(block)).block.reads
+            match = [r.buffer for r in reads if r.buffer.name == buffer]
+            if not match:
+                raise ScheduleError(
+                    f'block "{block_name(block)}": does not read a buffer named {buffer}'
+                )
+            index_map = IndexMap.from_callable(len(match[0].shape), index_map)
+        self._record(
+            "read_through",
+            (block,),
+            {"buffer": buffer, "packed": packed, "index_map": index_map},
+            lambda: self.sch.read_through(block, buffer, packed, index_map),
+        )
+
     def pack_panels(self, block: BlockRV, buffer: str, width: int) -> BlockRef:
         """`Schedule.pack_panels`, `width` possibly sampled.
 
@@ -555,6 +573,10 @@ def replay_instruction(
     elif k == "transform_layout":
         out = sch.transform_layout(
             _handle(args[0], k), attrs["buffer"], attrs["index_map"], attrs.get("inverse")
+        )
+    elif k == "read_through":
+        out = sch.read_through(
+            _handle(args[0], k), attrs["buffer"], attrs["packed"], attrs["index_map"]
         )
     elif k == "pad_einsum":
         if not isinstance(args[1], list) or not all(type(p) is int for p in args[1]):

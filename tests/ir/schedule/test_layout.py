@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from codegen.emit import emit_module
+from ir.intrinsics import INTRINSICS
 from ir.lower import lower
 from ir.printer import print_program
 from ir.schedule import Schedule
@@ -123,3 +124,52 @@ def test_pack_panels_refusals() -> None:
     sch = Schedule(task.program)
     assert_refused(sch, lambda s: s.pack_panels("C", "Q", 4), '"C"', "Q")
     assert_refused(sch, lambda s: s.pack_panels("C", "B", 0), "panel width 0")
+
+
+def _dense_int8_packed() -> tuple[object, Schedule, IndexMap]:
+    """dense_int8 with its product reading W through a VNNI-packed copy."""
+    task = library_task("dense_int8", {"m": 8, "n": 32, "k": 16})
+    sch = Schedule(task.program)
+    vnni = INTRINSICS["vnni"]
+    _, fwd, inverse = vnni.packs[0]
+    index_map = IndexMap.from_callable(2, fwd)
+    sch.transform_layout("acc", "W", index_map, inverse)
+    return task, sch, index_map
+
+
+def test_read_through_makes_a_second_reader_read_the_packed_copy() -> None:
+    """W's column sums read the copy the product reads (moved after it), and stay exact."""
+    task, sch, index_map = _dense_int8_packed()
+    before = print_program(sch.program)
+    assert before.index('block("wsum")') < before.index('block("W_packed")')
+    sch.read_through("wsum", "W", "W_packed", index_map)
+    text = print_program(sch.program)
+    assert text.index('block("W_packed")') < text.index('block("wsum")')
+    assert "reads(W_packed[" in text.split('block("wsum")')[1].split("writes")[0]
+    assert_correct(task, sch.program)
+
+
+def test_read_through_refusals() -> None:
+    _, sch, index_map = _dense_int8_packed()
+    assert_refused(sch, lambda s: s.read_through("wsum", "X", "W_packed", index_map), '"wsum"', "X")
+    assert_refused(
+        sch,
+        lambda s: s.read_through("wsum", "W", "acc_o", index_map),
+        '"wsum"',
+        "acc_o",
+    )
+    other = IndexMap.from_callable(2, lambda k, n: (n // 16, k // 4, k % 4, n % 16))
+    assert_refused(
+        sch, lambda s: s.read_through("wsum", "W", "W_packed", other), '"wsum"', "index map"
+    )
+    # the copy and the write-back (which reads the sums) inside the product's row loop:
+    # the sums cannot move past that nest
+    row = sch.get_loops("acc")[0]
+    sch.reverse_compute_at("Y", row)
+    sch.compute_at("W_packed", row)
+    assert_refused(
+        sch,
+        lambda s: s.read_through("wsum", "W", "W_packed", index_map),
+        '"wsum"',
+        "cannot move",
+    )
