@@ -250,6 +250,23 @@ def _pack_bf16x2(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
     _pack_rows(f, ops, "pack_bf16x2", 16)
 
 
+@register_implementation("colsum_int8x4")
+def _colsum_int8x4(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
+    """S[16] (s32) += the 4 s8 of each of a packed row's 16 columns: vpdpbusd with ones as
+    its unsigned operand, one instruction per 64 bytes."""
+    s_op, p_op = ops
+    _expect("colsum_int8x4", s_op, (1, 0))
+    _expect("colsum_int8x4", p_op, (4, 1))
+    b = f.builder
+    v16 = ll.VectorType(I32, 16)
+    v64 = ll.VectorType(I8, 64)
+    acc = b.load(s_op.ptr, typ=v16, align=4)
+    row = b.load(p_op.ptr, typ=v64, align=1)
+    ones = ll.Constant(v64, [1] * 64)
+    fn = f.m.declare("llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
+    b.store(b.call(fn, [acc, ones, row]), s_op.ptr, align=4)
+
+
 # ---------------------------------------------------------------------------
 # AVX-512 BF16
 

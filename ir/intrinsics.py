@@ -58,6 +58,9 @@ class TensorIntrinsic:
     """The accumulators stay in registers only within straight-line code (AMX tiles, which
     LLVM neither forwards from a store nor carries around a loop), so the tiling rule
     unrolls the inner reduction tile around the register tile."""
+    pack_sum: str | None = None
+    """The intrinsic that sums the columns of one packed row (dense_int8's column sums of
+    W, read from the packed copy: `read_through`); None: the sums read the plain matrix."""
     pack_copy: str | None = None
     """The intrinsic that writes one row of the packed layout (`packs`) from the rows of
     the plain matrix, for the tiling rule's packing copy; None: the copy stays loops."""
@@ -115,6 +118,14 @@ def get_intrinsic(name: str) -> TensorIntrinsic:
         raise IntrinsicError(
             f"unknown tensor intrinsic {name!r}; known: {', '.join(INTRINSICS)}"
         ) from None
+
+
+def auxiliary_intrinsics() -> frozenset[str]:
+    """The intrinsics that serve a product (its `pack_copy` and `pack_sum`): a kernel that
+    calls only these is not tensorized."""
+    return frozenset(
+        name for i in INTRINSICS.values() for name in (i.pack_copy, i.pack_sum) if name
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -197,6 +208,24 @@ PACK_BF16X2 = register_intrinsic(
         doc="a packed row: 16 columns x 2 rows of a bfloat16 matrix, interleaved (64 bytes)",
     )
 )
+
+
+def _colsum_int8x4() -> Workload:
+    """S[c] (s32) += the 4 s8 of column c of a packed row: one vpdpbusd against ones."""
+    P = te.placeholder((16, 4), "int8", "P")
+    r = te.reduce_axis(4, "r")
+    S = te.compute((16,), lambda c: te.sum(cast("int32", P[c, r]), axis=r), "S")
+    return Workload("colsum_int8x4", (P,), (S,))
+
+
+COLSUM_INT8X4 = register_intrinsic(
+    TensorIntrinsic(
+        "colsum_int8x4",
+        _colsum_int8x4,
+        features=("avx512vnni",),
+        doc="column sums of a packed int8 row: 16 int32 lanes += 4 s8 each (vpdpbusd by ones)",
+    )
+)
 VNNI = register_intrinsic(
     TensorIntrinsic(
         "vnni",
@@ -209,6 +238,7 @@ VNNI = register_intrinsic(
                 lambda p, q, r, c: (q * 4 + c, p * 16 + r),
             ),
         ),
+        pack_sum="colsum_int8x4",
         pack_copy="pack_int8x4",
         doc="AVX-512 VNNI vpdpbusd: u8 x s8 -> s32, 16 lanes x 4; B packed [N/16][K/4][16][4]",
     )
@@ -244,6 +274,7 @@ AMX_INT8 = register_intrinsic(
                 lambda a, b, c, d: (a * 64 + c * 4 + d % 4, b * 16 + d // 4),
             ),
         ),
+        pack_sum="colsum_int8x4",
         pack_copy="pack_int8x4",
         doc="AMX tdpbusd: a 16x16 int32 tile += 16x64 u8 . 64x16 s8 (B in VNNI layout)",
     )

@@ -31,13 +31,16 @@ DESCRIPTION = (
 
 
 def tensorized_with(trace_json: dict[str, Any] | None) -> str | None:
-    """The tensor intrinsic a trace's kernel calls (its first `tensorize`), or None."""
+    """The tensor intrinsic of a trace's product (its first `tensorize` of one that is not a
+    packing copy's or a sum's), or None."""
+    from ir.intrinsics import auxiliary_intrinsics
     from tuner.trace.trace import Trace
 
     if trace_json is None:
         return None
+    helpers = auxiliary_intrinsics()
     for instruction in Trace.from_json(trace_json).instructions:
-        if instruction.kind == "tensorize":
+        if instruction.kind == "tensorize" and instruction.attr("intrinsic") not in helpers:
             return str(instruction.attr("intrinsic"))
     return None
 

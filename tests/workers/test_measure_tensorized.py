@@ -4,6 +4,7 @@ naming the feature, never LLVM aborting the measuring process."""
 from __future__ import annotations
 
 import random
+import re
 
 from ir.target import Target
 from ir.task import library_task
@@ -20,4 +21,6 @@ def test_a_vnni_trace_on_an_avx2_target_is_a_compile_error() -> None:
     assert any(i.kind == "tensorize" for i in trace.instructions)
     result = Measurer(worker="test").measure(task, AVX2, trace)
     assert result.status == "compile_error"
-    assert "avx512vnni" in result.message
+    # the first call emitted names its missing feature (the weight's packing copy's, or
+    # the product's)
+    assert re.search(r"intrinsic \w+ needs the target feature\(s\) avx512(bw|vnni)", result.message)

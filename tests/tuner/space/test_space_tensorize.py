@@ -9,11 +9,11 @@ import pytest
 
 from codegen.host import host_target
 from ir.expr import Load
-from ir.intrinsics import INTRINSICS
+from ir.intrinsics import INTRINSICS, auxiliary_intrinsics
 from ir.node import walk
 from ir.program import BufferStore, For, IntrinsicCall
 from ir.target import Target, parse_short
-from ir.task import Task, library_task
+from ir.task import Task, library_task, with_layout_free
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct
 from tuner.space import default_space
 from tuner.trace.trace import Trace
@@ -29,13 +29,17 @@ def _tensorized(trace: Trace) -> list[str]:
 
 
 def intrinsics(trace: Trace) -> list[str]:
-    """The products tensorized (not the packing copies)."""
-    return [n for n in _tensorized(trace) if INTRINSICS[n].ops_per_call]
+    """The products tensorized (not the packing copies, not the sums)."""
+    return [n for n in _tensorized(trace) if n not in auxiliary_intrinsics()]
 
 
 def copies(trace: Trace) -> list[str]:
     """The packing copies written a packed row at a time."""
-    return [n for n in _tensorized(trace) if not INTRINSICS[n].ops_per_call]
+    return [
+        n
+        for n in _tensorized(trace)
+        if n in auxiliary_intrinsics() and not INTRINSICS[n].ops_per_call
+    ]
 
 
 def _writes(n: object, buffer: str) -> bool:
@@ -152,23 +156,39 @@ def _packed_under_column_tile(trace: Trace, task: Task) -> bool:
     )
 
 
+def _plain_sums(s: object) -> bool:
+    return (
+        isinstance(s, BufferStore)
+        and s.buffer.name == "wsum"
+        and any(isinstance(ld, Load) and ld.buffer.name == "W" for ld in walk(s.value))
+    )
+
+
+def _packed_sums(s: object) -> bool:
+    """W's column sums a packed row at a time, read from the packed copy."""
+    return (
+        isinstance(s, IntrinsicCall)
+        and s.name == "colsum_int8x4"
+        and [a.buffer.name for a in s.args] == ["wsum", "W_packed"]
+    )
+
+
 def _sums_beside_packing(trace: Trace, task: Task) -> bool:
-    """Whether W's column sums run in the same column-tile loop as its packing, the
-    reduction over W's rows outside the loop over its columns."""
-
-    def sums(s: object) -> bool:
-        return (
-            isinstance(s, BufferStore)
-            and s.buffer.name == "wsum"
-            and any(isinstance(ld, Load) and ld.buffer.name == "W" for ld in walk(s.value))
-        )
-
+    """Whether W's column sums run in the same column-tile loop as its packing: from the
+    packed copy, or from W with the reduction over its rows outside the loop over its
+    columns."""
     program = trace.apply(task.program).program
     for n in walk(program.body):
         if not (isinstance(n, For) and n.var.name.startswith("j")):
             continue
-        if any(_writes(s, "W_packed") for s in walk(n.body)) and any(map(sums, walk(n.body))):
-            outer = next(f for f in walk(n.body) if isinstance(f, For) and any(map(sums, walk(f))))
+        if not any(_writes(s, "W_packed") for s in walk(n.body)):
+            continue
+        if any(map(_packed_sums, walk(n.body))):
+            return True
+        if any(map(_plain_sums, walk(n.body))):
+            outer = next(
+                f for f in walk(n.body) if isinstance(f, For) and any(map(_plain_sums, walk(f)))
+            )
             return int(outer.extent.value) == task.params["k"]
     return False
 
@@ -187,3 +207,26 @@ def test_the_weight_is_packed_up_front_or_per_column_tile() -> None:
         pytest.skip("not run: no AVX-512 VNNI on this CPU; sampled only")
     check_correct(task, under[0], VNNI)
     check_correct(task, beside[0], VNNI)
+
+
+def test_column_sums_read_the_packed_copy_unless_the_weight_is_a_constant() -> None:
+    """Where the sums and the packing share a nest, W's column sums read the packed copy,
+    one vpdpbusd per packed row (`colsum_int8x4`); with W a model's constant both stay
+    plain loops, which a model's load hoists (`ir.prepack`). Exact on VNNI hosts."""
+    params = {"m": 32, "k": 128, "n": 1024}
+    task = library_task("dense_int8", params)
+    traces = samples("dense_int8", params, VNNI, n=8)
+    packed = [t for t in traces if "colsum_int8x4" in _tensorized(t)]
+    assert packed and all(
+        any(map(_packed_sums, walk(t.apply(task.program).program.body))) for t in packed
+    )
+    constant = with_layout_free(task, ["W"])
+    space = default_space(constant.program, VNNI)
+    rng = random.Random(3)
+    for _ in range(4):
+        assert copies(trace := space.sample(rng)) == []
+        assert "colsum_int8x4" not in _tensorized(trace)
+    if "+avx512vnni" not in host_target().features:
+        pytest.skip("not run: no AVX-512 VNNI on this CPU; sampled only")
+    for trace in packed[:2]:
+        check_correct(task, trace, VNNI)

@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from ir.expr import Expr
 from ir.intrinsics import INTRINSICS, TensorIntrinsic
+from ir.prepack import layout_free
 from ir.program import Program
 from ir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
 from ir.schedule.analysis import writers
@@ -165,14 +167,12 @@ class MultiLevelTilingIntrin(ScheduleRule):
         # the packing up front, or per column tile while it is in cache (a sampled location)
         columns = max(k for k, role in enumerate(roles) if role == "spatial")
         placed: list[tuple[str, LoopRef]] = []
-        for source, packing in packings:
-            MultiLevelTiling._place_pack(sch, packing, parts[columns][:2])
-            above = {lp.var.name for lp in loops_above(sch.program, block_name(packing))}
+        for packed in packings:
+            MultiLevelTiling._place_pack(sch, packed.block, parts[columns][:2])
+            above = {lp.var.name for lp in loops_above(sch.program, block_name(packed.block))}
             under = [lp for lp in parts[columns][:2] if loop_name(lp) in above]
             if under:
-                placed.append((source, under[-1]))
-            if not _copy_rows(sch, packing, intrin, ctx.target.features):
-                _unroll_copy(sch, packing)
+                placed.append((packed.source, under[-1]))
         for lp in groups[-1][1]:  # the register tile: unrolled, so accumulators stay in registers
             sch.unroll(lp)
         if intrin.unroll_reduction:  # AMX: tiles stay in registers only in straight-line code
@@ -191,6 +191,15 @@ class MultiLevelTilingIntrin(ScheduleRule):
         sch.reverse_compute_at(writeback, at)
         for source, loop in placed:
             _colocate_sums(sch, source, loop)
+        # the copy's rows and the sums through the instructions, unless a model's load
+        # hoists them (a constant weight: `ir.prepack` hoists plain copies and sums)
+        features = ctx.target.features
+        constant = set(layout_free(sch.program))
+        for packed in packings:
+            if packed.source not in constant:
+                _sum_packed(sch, packed, intrin, features)
+            if packed.source in constant or not _copy_rows(sch, packed.block, intrin, features):
+                _unroll_copy(sch, packed.block)
         # 5. the intrinsic's loops as one block, replaced by the instruction
         # (`decompose-reduction` later moves the block's init out of its reduction loops)
         first = _description_order(intrin_loops, roles, intrin)[0]
@@ -319,15 +328,23 @@ def _padding(program: Program, block: str, plan: list[list[int]]) -> list[int] |
     return factors if any(e % f for e, f in zip(extents, factors)) else None
 
 
+class _Packed(NamedTuple):
+    """A buffer packed for the instruction: its packed copy and the block writing it."""
+
+    source: str
+    block: BlockRV | BlockRef
+    buffer: str
+    index_map: Callable[..., tuple]
+
+
 def _pack(
     sch: Schedule | TracedSchedule, block: str, intrin: TensorIntrinsic, unroll: bool = True
-) -> list[tuple[str, BlockRV | BlockRef]]:
-    """The operands the instruction wants in another layout, packed (each buffer packed and
-    its packing block);
+) -> list[_Packed]:
+    """The operands the instruction wants in another layout, packed;
     a zero-padded copy (`pad_einsum`) is folded into the packing, so the weight is copied
     once. `unroll`: the copies unrolled now, not after they are placed."""
     buffers = operand_buffers(sch.program, block, intrin.name) or {}
-    packings: list[tuple[str, BlockRV | BlockRef]] = []
+    packings: list[_Packed] = []
     for operand, index_map, inverse in intrin.packs:
         source = buffers[operand]
         ndim = next(
@@ -337,12 +354,13 @@ def _pack(
         )
         fwd, inv = _leading(index_map, inverse, ndim)
         packing = sch.transform_layout(sch.get_block(block), source, fwd, inv)
+        buffer = block_name(packing)  # the copy's block is named after its buffer
         padded = writers(sch.program, source)
         if padded and is_legal(sch.program, lambda s, n=source: s.compute_inline(n)):
             sch.compute_inline(sch.get_block(padded[0].block.name))
         if unroll:
             _unroll_copy(sch, packing)
-        packings.append((source, packing))
+        packings.append(_Packed(source, packing, buffer, fwd))
     return packings
 
 
@@ -395,17 +413,23 @@ def _unroll_copy(sch: Schedule | TracedSchedule, packing: BlockRV | BlockRef) ->
         sch.unroll(lp)
 
 
-def _colocate_sums(sch: TracedSchedule, source: str, loop: LoopRef) -> None:
-    """Sums of the packed operand alone (dense_int8's column sums of W, for the zero-point
-    correction) computed under the loop its packing went under, reduction outside the
-    columns: each iteration sums the columns it packs, from cache, where a separate pass
-    would read the whole weight from memory again."""
-    for r in all_blocks(sch.program):
-        name = r.block.name
+def _sums_of(program: Program, source: str) -> list[str]:
+    """The reductions of `source` alone (dense_int8's column sums of W, for the zero-point
+    correction)."""
+    out = []
+    for r in all_blocks(program):
         written = {w.buffer.name for w in r.block.writes}
         reads = {rd.buffer.name for rd in r.block.reads} - written
-        if r.block.init is None or reads != {source}:
-            continue
+        if r.block.init is not None and reads == {source}:
+            out.append(r.block.name)
+    return out
+
+
+def _colocate_sums(sch: TracedSchedule, source: str, loop: LoopRef) -> None:
+    """Sums of the packed operand alone computed under the loop its packing went under,
+    reduction outside the columns: each iteration sums the columns it packs, from cache,
+    where a separate pass would read the whole weight from memory again."""
+    for name in _sums_of(sch.program, source):
         at = loop_name(loop)
         if not _computes_once(sch.program, name, at):
             continue
@@ -419,6 +443,50 @@ def _colocate_sums(sch: TracedSchedule, source: str, loop: LoopRef) -> None:
         spatial = [lp for lp in inner if role[loop_name(lp)] != "reduce"]
         if reduce and spatial:
             sch.reorder(*reduce, *spatial)
+
+
+def _sum_packed(
+    sch: TracedSchedule, packed: _Packed, intrin: TensorIntrinsic, features: Sequence[str]
+) -> None:
+    """Sums of the packed operand read from its packed copy (`read_through`) and computed
+    by the intrinsic's `pack_sum`, a packed row per instruction (vpdpbusd against ones: one
+    instruction per 64 bytes where the plain sums sign-extend and add 16 bytes in two).
+    Left as they are where that does not apply (the sums and the copy in different nests,
+    shapes not in whole packed rows)."""
+    colsum = INTRINSICS.get(intrin.pack_sum or "")
+    if colsum is None or colsum.missing_features(features):
+        return
+    for name in _sums_of(sch.program, packed.source):
+        try:
+            _tensorize_sums(Schedule(sch.program), name, packed, colsum, features)
+        except ScheduleError:
+            continue
+        _tensorize_sums(sch, sch.get_block(name), packed, colsum, features)
+
+
+def _tensorize_sums(
+    sch: Schedule | TracedSchedule,
+    block: str | BlockRef,
+    packed: _Packed,
+    colsum: TensorIntrinsic,
+    features: Sequence[str],
+) -> None:
+    """Read through the packed copy; the sums' innermost column and reduction loops split
+    into a packed row's (columns, rows), those innermost; tensorized from the columns."""
+    sch.read_through(block, packed.source, packed.buffer, packed.index_map)  # type: ignore[arg-type]
+    name = block if isinstance(block, str) else block_name(block)
+    r = find_block(sch.program, name)
+    loops = sch.get_loops(block)  # type: ignore[arg-type]
+    roles = [loop_role(r, lp) for lp in loops_above(sch.program, name)]
+    spatial = [lp for lp, role in zip(loops, roles) if role == "spatial"]
+    reduce = [lp for lp, role in zip(loops, roles) if role == "reduce"]
+    if not spatial or not reduce:
+        raise ScheduleError(f'block "{name}": not a column sum')
+    columns, rows = colsum.extents
+    c_out, c_in = sch.split(spatial[-1], [None, columns])  # type: ignore[arg-type]
+    r_out, r_in = sch.split(reduce[-1], [None, rows])  # type: ignore[arg-type]
+    sch.reorder(c_out, r_out, c_in, r_in)  # type: ignore[arg-type]
+    sch.tensorize(sch.blockize(c_in), colsum.name, features=features)  # type: ignore[arg-type]
 
 
 def _computes_once(program: Program, block: str, loop: str) -> bool:
