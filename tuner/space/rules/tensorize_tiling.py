@@ -17,7 +17,11 @@ VNNI / AVX-512 BF16) becomes the innermost tile and the search tiles around it:
   [N/16][K/4][16][4]) is packed by `transform_layout`, inside the kernel: up
   front, or per column tile just before its panels are read (a sampled
   location, as multi-level-tiling places its panels; up front it is what a
-  model's load hoists);
+  model's load hoists); the copy writes a packed row per call of the
+  intrinsic's `pack_copy`, and the sums of that operand alone (dense_int8's
+  zero-point correction) read the packed copy, a packed row per `pack_sum`
+  (both only where the weight is not a model's constant: `ir.prepack` hoists
+  plain copies and sums to load time);
 - a local accumulator (`cache_write`), element-wise consumers folded into its
   write-back, written back at a sampled level (as multi-level-tiling);
 - the intrinsic's loops are blockized and tensorized (the block keeps the
