@@ -192,15 +192,25 @@ def _vnni(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
     _expect("vnni", b_op, (4, 1))
     b = f.builder
     v16 = ll.VectorType(I32, 16)
-    v64 = ll.VectorType(I8, 64)
-    acc = b.load(c_op.ptr, typ=v16, align=4)
     word = b.load(a_op.ptr, typ=I32, align=1)
     lane0 = b.insert_element(ll.Constant(v16, ll.Undefined), word, ll.Constant(I32, 0))
     a = b.shuffle_vector(lane0, ll.Constant(v16, ll.Undefined), ll.Constant(v16, [0] * 16))
-    w = b.load(b_op.ptr, typ=v64, align=1)
-    fn = f.m.declare("llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
-    out = b.call(fn, [acc, b.bitcast(a, v64), w])
-    b.store(out, c_op.ptr, align=4)
+    _vpdpbusd(f, c_op.ptr, b.bitcast(a, _V64), b_op.ptr)
+
+
+_V64 = ll.VectorType(I8, 64)
+
+
+def _vpdpbusd(
+    f: FunctionEmitter, acc_ptr: ll.Value, unsigned: ll.Value, signed_ptr: ll.Value
+) -> None:
+    """acc[16] (s32, in memory) += 64 u8 `unsigned` . the 64 s8 at `signed_ptr`, by lanes of 4."""
+    b = f.builder
+    v16 = ll.VectorType(I32, 16)
+    acc = b.load(acc_ptr, typ=v16, align=4)
+    w = b.load(signed_ptr, typ=_V64, align=1)
+    fn = f.m.declare("llvm.x86.avx512.vpdpbusd.512", v16, [v16, _V64, _V64])
+    b.store(b.call(fn, [acc, unsigned, w]), acc_ptr, align=4)
 
 
 # ---------------------------------------------------------------------------
@@ -257,14 +267,7 @@ def _colsum_int8x4(f: FunctionEmitter, ops: Sequence[Operand]) -> None:
     s_op, p_op = ops
     _expect("colsum_int8x4", s_op, (1, 0))
     _expect("colsum_int8x4", p_op, (4, 1))
-    b = f.builder
-    v16 = ll.VectorType(I32, 16)
-    v64 = ll.VectorType(I8, 64)
-    acc = b.load(s_op.ptr, typ=v16, align=4)
-    row = b.load(p_op.ptr, typ=v64, align=1)
-    ones = ll.Constant(v64, [1] * 64)
-    fn = f.m.declare("llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
-    b.store(b.call(fn, [acc, ones, row]), s_op.ptr, align=4)
+    _vpdpbusd(f, s_op.ptr, ll.Constant(_V64, [1] * 64), p_op.ptr)
 
 
 # ---------------------------------------------------------------------------

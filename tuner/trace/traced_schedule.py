@@ -279,20 +279,27 @@ class TracedSchedule:
             lambda: self.sch.rfactor(loop, factor_axis),
         )
 
+    def _index_map(self, block: BlockRV, buffer: str, index_map: Any) -> Any:
+        """A callable index map over `buffer` (which `block` reads) as an `IndexMap`, the
+        form a trace records."""
+        from ir.schedule.layout import IndexMap
+
+        if isinstance(index_map, IndexMap):
+            return index_map
+        reads = find_block(self.program, block_name(block)).block.reads
+        match = [r.buffer for r in reads if r.buffer.name == buffer]
+        if not match:
+            raise ScheduleError(
+                f'block "{block_name(block)}": does not read a buffer named {buffer}'
+            )
+        return IndexMap.from_callable(len(match[0].shape), index_map)
+
     def transform_layout(
         self, block: BlockRV, buffer: str, index_map: Any, inverse: Any = None
     ) -> BlockRef:
         from ir.schedule.layout import IndexMap
 
-        if not isinstance(index_map, IndexMap):
-            reads = find_block(self.program, block_name(block)).block.reads
-            match = [r.buffer for r in reads if r.buffer.name == buffer]
-            if not match:
-                raise ScheduleError(
-                    f'block "{block_name(block)}": does not read a buffer named {buffer}'
-                )
-            shape = match[0].shape
-            index_map = IndexMap.from_callable(len(shape), index_map)
+        index_map = self._index_map(block, buffer, index_map)
         attrs: dict[str, Any] = {"buffer": buffer, "index_map": index_map}
         if inverse is not None:
             if not isinstance(inverse, IndexMap):
@@ -306,16 +313,7 @@ class TracedSchedule:
         )
 
     def read_through(self, block: BlockRV, buffer: str, packed: str, index_map: Any) -> None:
-        from ir.schedule.layout import IndexMap
-
-        if not isinstance(index_map, IndexMap):
-            reads = find_block(self.program, block_name(block)).block.reads
-            match = [r.buffer for r in reads if r.buffer.name == buffer]
-            if not match:
-                raise ScheduleError(
-                    f'block "{block_name(block)}": does not read a buffer named {buffer}'
-                )
-            index_map = IndexMap.from_callable(len(match[0].shape), index_map)
+        index_map = self._index_map(block, buffer, index_map)
         self._record(
             "read_through",
             (block,),
