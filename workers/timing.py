@@ -203,6 +203,7 @@ def time_interleaved(
     rounds: int = 1,
     round_pause_s: float = 0.0,
     one_number: bool = False,
+    fixed_order: bool = False,
 ) -> list[Timing]:
     """Time several callables with their repeats interleaved.
 
@@ -210,6 +211,9 @@ def time_interleaved(
     `number`); then repeats alternate fn0, fn1, ..., fn0, fn1, ... so that a
     slow phase of the machine (frequency scaling, a noisy neighbour) lands on
     all of them alike. This is how a kernel is compared with numpy in one run.
+    With three or more callables each repeat visits them in the next of
+    `balanced_orders`, so none always follows the same other one; `fixed_order`
+    keeps fn0, fn1, ... (callables whose order is part of what is measured).
 
     `pause_s` (untimed) goes before every repeat: OpenBLAS's worker threads
     spin for a while after a call and would steal the cores of a
@@ -229,15 +233,41 @@ def time_interleaved(
         _warm_up(fn, config)
         numbers.append(numbers[0] if numbers and one_number else _calibrate(fn, config))
     samples: list[list[float]] = [[] for _ in fns]
+    orders = [list(range(len(fns)))] if fixed_order else balanced_orders(len(fns))
     rounds = max(1, min(rounds, config.repeat))
+    done, last = 0, -1
     for r in range(rounds):
         if r > 0:
             time.sleep(round_pause_s)
             for fn in fns:
                 _warm_up(fn, config)
         for _ in range(config.repeat * (r + 1) // rounds - config.repeat * r // rounds):
-            for i, fn in enumerate(fns):
+            order = orders[done % len(orders)]
+            if len(order) > 1 and order[0] == last:  # not right after itself: still in cache
+                order = [order[1], order[0], *order[2:]]
+            for i in order:
                 if pause_s > 0:
                     time.sleep(pause_s)
-                samples[i].append(_sample_ms(fn, numbers[i], config.flush_cache))
+                samples[i].append(_sample_ms(fns[i], numbers[i], config.flush_cache))
+            done, last = done + 1, order[-1] if order else -1
     return [Timing(times_ms=tuple(s), number=n) for s, n in zip(samples, numbers)]
+
+
+def balanced_orders(n: int) -> list[list[int]]:
+    """The orders in which successive repeats of `time_interleaved` visit n callables: a
+    Williams design (for odd n, the one of n + 1 without its last symbol), so each callable
+    holds each position and follows each other callable about equally often. With one fixed
+    order each callable always followed the same one: one that read the same arrays left
+    them in cache, one that read others did not, a bias of about 2 % (docs/decisions.md)."""
+    if n <= 2:
+        return [list(range(n))]
+    m = n + n % 2
+    first, low, high = [0], 1, m - 1
+    while len(first) < m:
+        if len(first) % 2:
+            first.append(low)
+            low += 1
+        else:
+            first.append(high)
+            high -= 1
+    return [[(x + r) % m for x in first if (x + r) % m < n] for r in range(m)]

@@ -172,7 +172,11 @@ def beside_neighbour(
             calls = [state(f) for f in fns.values() for state in (beside, alone)]
             with limit_numpy_threads(1):
                 timings = time_interleaved(
-                    calls, config, rounds=FINAL_ROUNDS, round_pause_s=round_pause_s
+                    calls,
+                    config,
+                    rounds=FINAL_ROUNDS,
+                    round_pause_s=round_pause_s,
+                    fixed_order=True,  # each beside sample, then at once alone
                 )
     except NeighbourError as error:
         out["neighbour"] = {"message": str(error)}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable
 
@@ -11,7 +13,14 @@ import pytest
 import threadpoolctl
 
 from workers.machine import MachineInfo, limit_numpy_threads, machine_info
-from workers.timing import MeasureConfig, Timing, time_callable, time_interleaved, time_more
+from workers.timing import (
+    MeasureConfig,
+    Timing,
+    balanced_orders,
+    time_callable,
+    time_interleaved,
+    time_more,
+)
 
 
 class Counter:
@@ -212,6 +221,39 @@ def test_interleaved_rounds_split_the_repeats_and_warm_up_again() -> None:
         )
     ] == [2]
     assert log == ["a", "a"]
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6, 7])
+def test_balanced_orders_are_a_williams_design(n: int) -> None:
+    """Each order visits every callable once; over the orders each callable holds each
+    position and follows each other one equally often (for odd n, within one of each)."""
+    orders = balanced_orders(n)
+    assert all(sorted(o) == list(range(n)) for o in orders)
+    positions = collections.Counter((k, x) for o in orders for k, x in enumerate(o))
+    follows = collections.Counter(pair for o in orders for pair in itertools.pairwise(o))
+    assert set(follows) == {(a, b) for a in range(n) for b in range(n) if a != b}
+    if n % 2 == 0:
+        assert len(orders) == n and set(positions.values()) == {1} and set(follows.values()) == {1}
+    else:
+        assert max(positions.values()) - min(positions.values()) <= 1
+        assert max(follows.values()) - min(follows.values()) <= 1
+
+
+def test_interleaved_balances_the_order_of_three_or_more() -> None:
+    """With 4 callables the timed calls follow the balanced orders: no callable right after
+    itself, each one first in as many repeats; `fixed_order` keeps a, b, c, d."""
+    log: list[str] = []
+    config = MeasureConfig(warmup=0, number=1, repeat=8)
+    tags = "abcd"
+    time_interleaved([_tagger(log, t) for t in tags], config)
+    repeats = [log[k : k + 4] for k in range(0, len(log), 4)]
+    assert [sorted(r) for r in repeats] == [list(tags)] * 8
+    assert all(x != y for x, y in itertools.pairwise(log))
+    assert collections.Counter(r[0] for r in repeats) == dict.fromkeys(tags, 2)
+    assert repeats[:4] == [[tags[i] for i in o] for o in balanced_orders(4)]
+    log.clear()
+    time_interleaved([_tagger(log, t) for t in tags], config, fixed_order=True)
+    assert log == list(tags) * 8
 
 
 def test_interleaved_of_nothing_is_empty() -> None:
