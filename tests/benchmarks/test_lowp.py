@@ -103,15 +103,26 @@ def test_without_pytorch_the_pytorch_columns_say_dash(tmp_path: Path) -> None:
 
 
 def test_bf16_and_dense_int8_paths_of_pytorch_match_their_references() -> None:
+    """Exact where the CPU has VNNI. Without it, PyTorch's quantized Linear (oneDNN and
+    FBGEMM alike) adds u8·s8 pairs in saturating int16 (`vpmaddubsw`), so full-range
+    activations come out wrong — PyTorch's x86 qconfigs use 7-bit activations for that
+    (`reduce_range`); the check says so and the benchmark does not time that path."""
     pytest.importorskip("torch")
     from benchmarks.tune.torch_ref import lowp_paths
 
+    host = host_target()
+    vnni = host.has_feature("avx512vnni") or host.has_feature("avxvnni")
     for op, params in (("matmul_bf16", SMALL), ("dense_int8", {"m": 16, "k": 64, "n": 32})):
         task = library_task(op, params)
         paths = lowp_paths(task, task.make_inputs(1))
         assert paths, op
         for path in paths:
-            assert path.check() is None, (op, path.name)
+            message = path.check()
+            if vnni or not path.name.startswith("quantized Linear"):
+                assert message is None, (op, path.name, message)
+            else:
+                print(f"{path.name} on a CPU without VNNI: {message}")
+                assert message is None or "differ" in message, (op, path.name, message)
 
 
 def test_amx_paths_the_cpu_lacks_are_listed_as_not_measured() -> None:
