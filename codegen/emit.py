@@ -40,6 +40,7 @@ from codegen.emit_expr import (
     memory_type,
 )
 from codegen.intrinsics import AMX_INTRINSICS, TileRegion, emit_intrinsic, tile_products_only
+from codegen.prefetch import prefetch_points, prefetch_requests
 from codegen.vector import VectorPlan
 from ir import dtype as dt
 from ir.errors import IRError
@@ -167,6 +168,7 @@ class FunctionEmitter(ExpressionEmitter):
                 self.tiles = TileRegion()
             for i in range(int(extent.value)):
                 self.scope.vars[s.var] = ll.Constant(I64, i)
+                self._prefetch(s)
                 self.stmt(s.body)
             del self.scope.vars[s.var]
             if region:
@@ -191,8 +193,30 @@ class FunctionEmitter(ExpressionEmitter):
     def _serial_loop(self, s: For, start: ll.Value, stop: ll.Value) -> None:
         with self.for_range(s.var.name, start, stop) as iv:
             self.scope.vars[s.var] = iv
+            self._prefetch(s)
             self.stmt(s.body)
         del self.scope.vars[s.var]
+
+    def _prefetch(self, s: For) -> None:
+        """What iteration var + d of `s` reads, asked for now (`codegen.prefetch`); none
+        inside vector code or an AMX tile region, whose loops are not loops any more."""
+        requests = prefetch_requests(s)
+        if not requests or self.vec is not None or self.tiles is not None:
+            return
+        b = self.builder
+        fn = self.m.declare("llvm.prefetch.p0", ll.VoidType(), [PTR, I32, I32, I32])
+        read, keep, data = ll.Constant(I32, 0), ll.Constant(I32, 3), ll.Constant(I32, 1)
+        for name, distance in requests:
+            if name not in self.scope.buffers:
+                continue
+            for point in prefetch_points(s, name, distance):
+                # Not `inbounds`: the line may lie past the buffer's end, which a prefetch allows.
+                ptr = b.gep(
+                    self.scope.buffers[name],
+                    [self.expr(point.indices[0])],
+                    source_etype=memory_type(point.buffer.dtype),
+                )
+                b.call(fn, [ptr, read, keep, data])
 
     def _vector_loop(self, s: For, plan: VectorPlan) -> None:
         """Main loop of `lanes`-wide chunks, then narrower vectors, then scalar code for a last lane."""

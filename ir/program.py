@@ -20,6 +20,11 @@ LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
 
 Annotations = tuple[tuple[str, Any], ...]
 
+PREFETCH = "prefetch:"
+"""Loop annotation key prefix: `prefetch:B` = d asks codegen to prefetch, at the top of each
+iteration, the cache lines of buffer B that iteration + d reads (0: none)."""
+MAX_PREFETCH_DISTANCE = 4096
+
 
 def annotations(items: dict[str, Any] | None = None) -> Annotations:
     """Annotations are stored as sorted (key, value) pairs so nodes stay hashable."""

@@ -11,7 +11,17 @@ from dataclasses import replace
 from typing import Any
 
 from ir.expr import Const, Expr, Var, binary, logical_and
-from ir.program import TRUE, BlockRealize, For, Program, annotations
+from ir.node import walk
+from ir.program import (
+    MAX_PREFETCH_DISTANCE,
+    PREFETCH,
+    TRUE,
+    Block,
+    BlockRealize,
+    For,
+    Program,
+    annotations,
+)
 from ir.schedule.analysis import bindings, binds_reduce, mentions
 from ir.schedule.state import (
     ScheduleError,
@@ -301,6 +311,8 @@ def annotate(program: Program, target: str, key: str, value: Any, *, is_block: b
         raise ScheduleError(
             f"{target}: annotation {key} must be an int, float, str or bool, got {value!r}"
         )
+    if key.startswith(PREFETCH):
+        _check_prefetch(program, target, key, value, is_block)
     if is_block:
         r = find_block(program, target)
         from ir.schedule.state import replace_realize
@@ -315,3 +327,21 @@ def annotate(program: Program, target: str, key: str, value: Any, *, is_block: b
         target,
         lambda f: replace(f, annotations=annotations({**dict(f.annotations), key: value})),
     )
+
+
+def _check_prefetch(program: Program, target: str, key: str, value: Any, is_block: bool) -> None:
+    """A prefetch hint names a buffer of the program and a distance in iterations."""
+    name = key[len(PREFETCH) :]
+    if is_block:
+        raise ScheduleError(f"{target}: {key} is a loop annotation, not a block's")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScheduleError(f"{target}: {key} must be a distance in iterations, got {value!r}")
+    if not 0 <= value <= MAX_PREFETCH_DISTANCE:
+        raise ScheduleError(
+            f"{target}: {key} distance {value} is outside 0..{MAX_PREFETCH_DISTANCE}"
+        )
+    known = {b.name for b in (*program.params, *program.allocs)} | {
+        b.name for n in walk(program.body) if isinstance(n, Block) for b in n.alloc_buffers
+    }
+    if name not in known:
+        raise ScheduleError(f"{target}: {key} names no buffer of the program")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from codegen.host import host_target
+from ir.program import PREFETCH
 from ir.target import Target
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct, odd_task
 from tuner.space import MUTATORS, SpaceContext, default_space
@@ -24,12 +25,16 @@ STEPS = 1000
 
 def _base(name: str = "") -> tuple[Trace, SpaceContext]:
     """The rule part of a conv2d sample: tiles, a sampled pad location, the write-back's loop,
-    parallel and unroll choices; for `structure`, a matmul sample that chose whether to pack."""
-    task = odd_task("matmul" if name == "structure" else "conv2d_nhwc")
+    parallel and unroll choices; for `structure`, a matmul sample that chose whether to pack;
+    for `prefetch`, the first matmul sample that did not pack (so it chose a prefetch)."""
+    task = odd_task("matmul" if name in ("structure", "prefetch") else "conv2d_nhwc")
     space = default_space(task.program, AVX2_2_THREADS)
-    rules = space.rule_part(space.sample(random.Random(2)))
-    assert rules is not None
-    return rules, space.context
+    for seed in range(2, 40):
+        rules = space.rule_part(space.sample(random.Random(seed)))
+        assert rules is not None
+        if name != "prefetch" or annotated_categoricals(rules, PREFETCH, prefix=True):
+            return rules, space.context
+    raise AssertionError("no matmul sample in 38 chose a prefetch distance")
 
 
 def _location_counts(trace: Trace, ctx: SpaceContext) -> dict[int, int]:
@@ -71,6 +76,8 @@ def _reachable(base: Trace, name: str, counts: dict[int, int]) -> int:
         return math.prod(len(i.inputs[0]) for i in base.instructions if i.kind == "sample_loop")
     key = {"parallel": PARALLEL, "unroll": UNROLL}.get(name)
     sites = structural_categoricals(base) if name == "structure" else None
+    if name == "prefetch":
+        sites = annotated_categoricals(base, PREFETCH, prefix=True)
     if key is None and sites is None:
         return 10**9
     if sites is None:

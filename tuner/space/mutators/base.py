@@ -33,12 +33,15 @@ class Mutator:
 MUTATORS: Registry[Mutator] = Registry("mutator")
 
 
-def annotated_categoricals(trace: Trace, key: str) -> list[int]:
-    """Indices of the sample_categorical instructions whose value an annotation `key` takes."""
+def annotated_categoricals(trace: Trace, key: str, *, prefix: bool = False) -> list[int]:
+    """Indices of the sample_categorical instructions whose value an annotation `key` takes
+    (with `prefix`, any key starting with `key`)."""
     used = {
         inst.inputs[1].name
         for inst in trace.instructions
-        if inst.kind == "annotate" and inst.attr("key") == key and isinstance(inst.inputs[1], RV)
+        if inst.kind == "annotate"
+        and (inst.attr("key").startswith(key) if prefix else inst.attr("key") == key)
+        and isinstance(inst.inputs[1], RV)
     }
     return [
         i

@@ -45,9 +45,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ir.expr import Var
+from ir.expr import Buffer, Var
 from ir.node import walk
-from ir.program import BlockRealize, BufferStore, Program
+from ir.program import PREFETCH, BlockRealize, BufferStore, Program
 from ir.schedule import Schedule, ScheduleError
 from ir.schedule.analysis import readers
 from ir.schedule.state import block_name, find_block, loop_name, loops_above
@@ -88,6 +88,8 @@ class MultiLevelTiling(ScheduleRule):
         write_levels: Sequence[int] = (1, 2),
         pack_probability: float = 0.5,
         max_accumulators: int | None = None,
+        prefetch_distances: Sequence[int] = (0, 2, 4, 8),
+        prefetch_probabilities: Sequence[float] = (0.4, 0.2, 0.2, 0.2),
     ) -> None:
         if set(structure) != {"S", "R"}:
             raise ValueError(f"tiling structure {structure!r} must use both S and R levels")
@@ -98,6 +100,10 @@ class MultiLevelTiling(ScheduleRule):
         self.write_levels = tuple(write_levels)
         self.pack_probability = pack_probability
         self.max_accumulators = max_accumulators
+        if len(prefetch_distances) != len(prefetch_probabilities):
+            raise ValueError("one probability per prefetch distance")
+        self.prefetch_distances = list(prefetch_distances)
+        self.prefetch_probabilities = list(prefetch_probabilities)
 
     @staticmethod
     def applies(program: Program, block: str) -> bool:
@@ -171,6 +177,8 @@ class MultiLevelTiling(ScheduleRule):
                 "S"
             )  # S levels outside every R
             self._place_pack(sch, pack, parts[vector_axis][:outside])
+        else:
+            self._maybe_prefetch(sch, r, vector_axis, [g for ch, g in groups if ch == "R"])
 
         # 4. the local accumulator, its write-back (with element-wise consumers folded in)
         output = written_buffer(r)
@@ -257,23 +265,39 @@ class MultiLevelTiling(ScheduleRule):
     def _maybe_pack(
         self, sch: TracedSchedule, block: BlockRef, r: BlockRealize, axis: int, width: IntRV
     ) -> BlockRef | None:
-        iv = r.block.iter_vars[axis].var
-        spatial = {x.var for x in r.block.iter_vars if x.kind == "spatial"}
-        inputs = {b.name for b in sch.program.inputs}
-        for rd in r.block.reads:
-            shape = rd.buffer.concrete_shape()
-            if rd.buffer.name not in inputs or len(shape) < 2 or rd.region[-1].min != iv:
-                continue
-            used = {n for rng in rd.region for n in walk(rng.min) if isinstance(n, Var)}
-            if not spatial - used or not 1 < width < shape[-1]:
-                continue
-            p = self.pack_probability
-            if p <= 0 or int(sch.sample_categorical([0, 1], [1 - p, p])) == 0:
-                return None
-            return sch.pack_panels(
-                block, rd.buffer.name, width
-            )  # width: the tile's RV, not a literal
-        return None
+        weight = _weight(sch.program, r, axis)
+        if weight is None or not 1 < width < weight.concrete_shape()[-1]:
+            return None
+        p = self.pack_probability
+        if p <= 0 or int(sch.sample_categorical([0, 1], [1 - p, p])) == 0:
+            return None
+        return sch.pack_panels(block, weight.name, width)  # width: the tile's RV, not a literal
+
+    def _maybe_prefetch(
+        self,
+        sch: TracedSchedule,
+        r: BlockRealize,
+        axis: int,
+        levels: Sequence[Sequence[LoopRef]],
+    ) -> None:
+        """A sampled software prefetch of the unpacked weight's rows a few steps of the
+        innermost reduction loop ahead (`codegen.prefetch`; distance 0: none).
+
+        The register tile reads a short row of the weight per step, a row length
+        apart; off a cache line, a row of one or two vectors spans one line more, and
+        the hardware prefetchers do not cover it (docs/decisions.md). Every
+        reduction level's innermost loop is marked with the one sampled distance:
+        which of them is the innermost loop left depends on tile sizes that mutation
+        changes (a tile of 1 removes its loop), and codegen prefetches in the
+        innermost marked loop only.
+        """
+        weight = _weight(sch.program, r, axis)
+        loops = [level[-1] for level in levels if level]
+        if weight is None or not loops or self.prefetch_distances == [0]:
+            return
+        distance = sch.sample_categorical(self.prefetch_distances, self.prefetch_probabilities)
+        for loop in loops:
+            sch.annotate(loop, f"{PREFETCH}{weight.name}", distance)
 
     @staticmethod
     def _place_pack(sch: TracedSchedule, pack: BlockRef, loops: Sequence[LoopRef]) -> None:
@@ -309,6 +333,22 @@ class MultiLevelTiling(ScheduleRule):
             except ScheduleError:
                 continue
             sch.reverse_compute_inline(sch.get_block(c.block.name))
+
+
+def _weight(program: Program, r: BlockRealize, axis: int) -> Buffer | None:
+    """The input read along the vector axis that misses another spatial axis (matmul's
+    B[k, n], a convolution's weight): the operand every row of the tile reads again."""
+    iv = r.block.iter_vars[axis].var
+    spatial = {x.var for x in r.block.iter_vars if x.kind == "spatial"}
+    inputs = {b.name for b in program.inputs}
+    for rd in r.block.reads:
+        shape = rd.buffer.concrete_shape()
+        if rd.buffer.name not in inputs or len(shape) < 2 or rd.region[-1].min != iv:
+            continue
+        used = {n for rng in rd.region for n in walk(rng.min) if isinstance(n, Var)}
+        if spatial - used:
+            return rd.buffer
+    return None
 
 
 def _fold_into(tile: list[int], level: int) -> list[int]:
