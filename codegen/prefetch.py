@@ -55,12 +55,17 @@ def prefetch_points(loop: For, buffer: str, distance: int) -> list[Load]:
     """Loads of `buffer` (flat, in the variables outside `loop` and `loop.var`), one in
     each cache line iteration `loop.var + distance` reads: the addresses to prefetch.
 
-    None when a loop inside `loop` asks to prefetch the same buffer: the innermost
+    Empty when a loop inside `loop` asks to prefetch the same buffer: the innermost
     one does (a schedule may mark every loop level that could turn out to be the
-    innermost streaming loop once a tile of 1 has removed the others).
+    innermost streaming loop once a tile of 1 has removed the others). A loop of
+    one iteration streams nothing: it neither prefetches nor stands in for the
+    loops around it (lowering keeps an annotated one).
     """
     key = f"{PREFETCH}{buffer}"
-    if any(isinstance(f, For) and dict(f.annotations).get(key) for f in walk(loop.body)):
+    if _single(loop) or any(
+        isinstance(f, For) and dict(f.annotations).get(key) and not _single(f)
+        for f in walk(loop.body)
+    ):
         return []
     inner = {
         f.var: int(f.extent.value)
@@ -89,6 +94,10 @@ def prefetch_points(loop: For, buffer: str, distance: int) -> list[Load]:
             for p in _lines(base, terms, dt.itemsize(load.buffer.dtype)):
                 points.setdefault(Load(load.buffer, (simplify_expr(p),)))
     return list(points)
+
+
+def _single(loop: For) -> bool:
+    return isinstance(loop.extent, Const) and int(loop.extent.value) == 1
 
 
 def _lines(base: Expr, terms: list[tuple[int, int]], itemsize: int) -> list[Expr]:

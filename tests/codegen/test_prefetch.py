@@ -81,3 +81,32 @@ def test_a_prefetch_names_a_buffer_and_a_distance() -> None:
         sch.annotate(k, "prefetch:B", -1)
     with pytest.raises(ScheduleError, match="distance"):
         sch.annotate(k, "prefetch:B", "far")
+
+
+def test_the_innermost_marked_loop_of_more_than_one_iteration_prefetches() -> None:
+    """A k tile of 1 leaves a marked loop of one iteration inside the marked k-block loop:
+    the block loop prefetches, not the single iteration (which would ask for the same
+    lines again at every step of the loops between them)."""
+    from ir.lower import lower
+
+    task = library_task("matmul", {"m": 24, "n": 48, "k": 40})
+    sch = Schedule(task.program)
+    i, j, kk = sch.get_loops("C")
+    i0, i1 = sch.split(i, [None, 4])
+    j0, j1 = sch.split(j, [None, 16])
+    k0, k1 = sch.split(kk, [None, 1])
+    sch.reorder(j0, i0, k0, k1, i1, j1)
+    sch.unroll(i1)
+    sch.vectorize(j1)
+    for loop in (k0, k1):
+        sch.annotate(loop, "prefetch:B", 4)
+    low = lower(sch.program)
+    marked = [f for f in walk(low.body) if isinstance(f, For) and f.annotations]
+    assert [int(f.extent.value) for f in marked] == [40, 1]
+    assert len(prefetch_points(marked[0], "B", 4)) == 2
+    assert prefetch_points(marked[1], "B", 4) == []
+    kernel = compile_program(sch.program, HOST)
+    a, b = task.make_inputs(seed=1)
+    c = np.full((24, 48), np.nan, np.float32)
+    kernel(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)

@@ -288,7 +288,7 @@ class MultiLevelTiling(ScheduleRule):
         the hardware prefetchers do not cover it (docs/decisions.md). Every
         reduction level's innermost loop is marked with the one sampled distance:
         which of them is the innermost loop left depends on tile sizes that mutation
-        changes (a tile of 1 removes its loop), and codegen prefetches in the
+        changes (a tile of 1 leaves a loop of one iteration), and codegen prefetches in the
         innermost marked loop only.
         """
         weight = _weight(sch.program, r, axis)
