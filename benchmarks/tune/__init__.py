@@ -15,8 +15,10 @@ the next candidate). Then, in this process, the best stored kernel is
 compiled, verified, and timed interleaved with numpy and PyTorch (both
 limited to the same thread count; PyTorch's answer verified too) in one
 ``time_interleaved`` call, all on arrays numpy allocated as a user's are,
-beside the same kernel on 64-byte aligned copies (the row's ``align_gap``):
-the ratios of the table come from that call only. ``--layers`` adds
+beside the same kernel on 64-byte aligned copies and on more sets of each
+kind (the row's ``align_gap``: medians over ``compare.PLACEMENTS`` sets, as
+where a set lies moves a kernel as much as its offset): the ratios of the
+table come from that call only. ``--layers`` adds
 BERT-base's and ResNet-18's layer shapes as rows (``suite.LAYERS``).
 
 The extras (each optional, each in the same run; one module each in ``extras/``):

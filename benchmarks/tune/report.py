@@ -254,7 +254,9 @@ def note(result: dict[str, Any]) -> str:
         )
         + ", all on arrays numpy allocated (as a user's are: large ones start 16 bytes past a "
         "64-byte boundary); `aligned gap`: the same kernel's time on those arrays over its time "
-        "on 64-byte aligned copies of them, timed in the same call, minus 1; × = their time / loomtune's. conv2d's numpy is the library's reference "
+        "on 64-byte aligned copies of them, timed in the same call, minus 1 (where the rows hold "
+        "`placements_ms`, medians over that many sets of each kind, as where one set lies moves a "
+        "kernel as much as its offset); × = their time / loomtune's. conv2d's numpy is the library's reference "
         "(sliding windows + tensordot: im2col + GEMM). Tuning s: the whole `tune_task` call; search s: of that, the strategy proposing and learning (the measurement processes wait meanwhile); cand/s: trials / the loop's time.",
     ]
     parts.append(
