@@ -1,8 +1,9 @@
 """Software prefetch: the cache lines a loop's later iteration reads, asked for early.
 
 A loop annotated `prefetch:<buffer>` = d (an int; 0 means none), unless a loop
-inside it carries the same request, issues, at the top of iteration v, one `llvm.prefetch` (read, kept in every cache level) for each
-cache line that iteration v + d reads of `<buffer>`. Which lines is worked out
+inside it carries the same request, issues, at the top of iteration v, one
+`llvm.prefetch` (read, kept in every cache level) for each cache line that
+iteration v + d reads of `<buffer>`. Which lines is worked out
 from the loads of the buffer in the loop's body: the loops inside it are set to
 their range, so a load `B[(k + d) * N + j0 + j]` under a 48-lane vector loop over
 j asks for the 4 lines its 192 bytes may touch (3 when they start on a line),
@@ -26,7 +27,7 @@ from ir.errors import IRError
 from ir.expr import Const, Expr, Load, Var
 from ir.lower.simplify import simplify_expr
 from ir.node import walk
-from ir.program import PREFETCH, For
+from ir.program import MAX_PREFETCH_DISTANCE, PREFETCH, For, prefetch_distance
 from ir.visit import substitute
 
 LINE = 64
@@ -41,13 +42,14 @@ def prefetch_requests(loop: For) -> list[tuple[str, int]]:
     for key, value in loop.annotations:
         if not key.startswith(PREFETCH):
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        distance = prefetch_distance(value)
+        if distance is None:
             raise IRError(
                 f"loop {loop.var.name}: annotation {key} must be a prefetch distance "
-                f"(an int >= 0, in iterations), got {value!r}"
+                f"(0..{MAX_PREFETCH_DISTANCE} iterations), got {value!r}"
             )
-        if value:
-            out.append((key[len(PREFETCH) :], value))
+        if distance:
+            out.append((key[len(PREFETCH) :], distance))
     return out
 
 
@@ -62,20 +64,15 @@ def prefetch_points(loop: For, buffer: str, distance: int) -> list[Load]:
     loops around it (lowering keeps an annotated one).
     """
     key = f"{PREFETCH}{buffer}"
-    if _single(loop) or any(
-        isinstance(f, For) and dict(f.annotations).get(key) and not _single(f)
-        for f in walk(loop.body)
-    ):
+    nodes = list(walk(loop.body))
+    loops = [f for f in nodes if isinstance(f, For)]
+    if _single(loop) or any(dict(f.annotations).get(key) and not _single(f) for f in loops):
         return []
-    inner = {
-        f.var: int(f.extent.value)
-        for f in walk(loop.body)
-        if isinstance(f, For) and isinstance(f.extent, Const)
-    }
-    unbounded = {f.var for f in walk(loop.body) if isinstance(f, For)} - set(inner)
+    inner = {f.var: int(f.extent.value) for f in loops if isinstance(f.extent, Const)}
+    unbounded = {f.var for f in loops} - set(inner)
     ahead = {loop.var: loop.var + Const(distance, dt.INDEX)}
     points: dict[Load, None] = {}
-    for load in walk(loop.body):
+    for load in nodes:
         if not isinstance(load, Load) or load.buffer.name != buffer or len(load.indices) != 1:
             continue
         index = load.indices[0]

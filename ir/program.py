@@ -26,6 +26,14 @@ iteration, the cache lines of buffer B that iteration + d reads (0: none)."""
 MAX_PREFETCH_DISTANCE = 4096
 
 
+def prefetch_distance(value: Any) -> int | None:
+    """The distance a `prefetch:` annotation's value gives (0…`MAX_PREFETCH_DISTANCE`
+    iterations), None when the value is not one."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value <= MAX_PREFETCH_DISTANCE else None
+
+
 def annotations(items: dict[str, Any] | None = None) -> Annotations:
     """Annotations are stored as sorted (key, value) pairs so nodes stay hashable."""
     return tuple(sorted((items or {}).items()))

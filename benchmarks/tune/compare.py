@@ -83,12 +83,14 @@ def compare(
         kernel.bind_call(*aligned[0], *aligned_out[0]),
     ]
     names = ["loomtune", "numpy", "aligned"]
-    for i, (ins, outs) in enumerate(more_user, start=1):
+    user_names = ["loomtune", *(f"loomtune@{i}" for i in range(1, PLACEMENTS))]
+    aligned_names = ["aligned", *(f"aligned@{i}" for i in range(1, PLACEMENTS))]
+    for name, (ins, outs) in zip(user_names[1:], more_user):
         fns.append(kernel.bind_call(*ins, *outs))
-        names.append(f"loomtune@{i}")
-    for i in range(1, PLACEMENTS):
-        fns.append(kernel.bind_call(*aligned[i], *aligned_out[i]))
-        names.append(f"aligned@{i}")
+        names.append(name)
+    for name, ins, outs in zip(aligned_names[1:], aligned[1:], aligned_out[1:]):
+        fns.append(kernel.bind_call(*ins, *outs))
+        names.append(name)
     torch_fn = torch_call(task, inputs, threads) if with_torch else None
     if torch_fn is not None:
         call, result = torch_fn
@@ -125,8 +127,8 @@ def compare(
             )
         )
     latency = timings["loomtune"].median_ms
-    user_ms = [latency, *(timings[f"loomtune@{i}"].median_ms for i in range(1, PLACEMENTS))]
-    aligned_ms = [timings["aligned" + (f"@{i}" if i else "")].median_ms for i in range(PLACEMENTS)]
+    user_ms = [timings[n].median_ms for n in user_names]
+    aligned_ms = [timings[n].median_ms for n in aligned_names]
     out["placements_ms"] = {"user": user_ms, "aligned": aligned_ms}
     out["aligned_ms"] = statistics.median(aligned_ms)
     # > 0: slower on the user's arrays

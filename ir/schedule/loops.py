@@ -21,6 +21,7 @@ from ir.program import (
     For,
     Program,
     annotations,
+    prefetch_distance,
 )
 from ir.schedule.analysis import bindings, binds_reduce, mentions
 from ir.schedule.state import (
@@ -334,11 +335,10 @@ def _check_prefetch(program: Program, target: str, key: str, value: Any, is_bloc
     name = key[len(PREFETCH) :]
     if is_block:
         raise ScheduleError(f"{target}: {key} is a loop annotation, not a block's")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ScheduleError(f"{target}: {key} must be a distance in iterations, got {value!r}")
-    if not 0 <= value <= MAX_PREFETCH_DISTANCE:
+    if prefetch_distance(value) is None:
         raise ScheduleError(
-            f"{target}: {key} distance {value} is outside 0..{MAX_PREFETCH_DISTANCE}"
+            f"{target}: {key} must be a distance in iterations, 0..{MAX_PREFETCH_DISTANCE}, "
+            f"got {value!r}"
         )
     known = {b.name for b in (*program.params, *program.allocs)} | {
         b.name for n in walk(program.body) if isinstance(n, Block) for b in n.alloc_buffers
