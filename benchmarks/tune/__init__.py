@@ -14,11 +14,11 @@ is the best-so-far median per trial as the pool measured it while tuning
 the next candidate). Then, in this process, the best stored kernel is
 compiled, verified, and timed interleaved with numpy and PyTorch (both
 limited to the same thread count; PyTorch's answer verified too) in one
-``time_interleaved`` call, all on arrays numpy allocated as a user's are,
-beside the same kernel on 64-byte aligned copies and on more sets of each
-kind (the row's ``align_gap``: medians over ``compare.PLACEMENTS`` sets, as
-where a set lies moves a kernel as much as its offset): the ratios of the
-table come from that call only. ``--layers`` adds
+``time_interleaved`` call, all on arrays numpy allocated as a user's are:
+the ratios of the table come from that call only. Then the kernel alone on
+``compare.PLACEMENTS`` sets of numpy's arrays and as many 64-byte aligned
+copies, many short repeats side by side (the row's ``align_gap``:
+``compare.paired_gap``). ``--layers`` adds
 BERT-base's and ResNet-18's layer shapes as rows (``suite.LAYERS``).
 
 The extras (each optional, each in the same run; one module each in ``extras/``):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,29 @@ where a set happens to lie moved one kernel by up to 45 % on a VM, as much as th
 did (docs/decisions.md), so the gap compares the medians over sets, not one set each."""
 
 
+def gap_config(config: MeasureConfig) -> MeasureConfig:
+    """The gap's own interleaved call: three times the final comparison's repeats, each a
+    tenth as long. A repeat visits every set back to back, so the sets' ratio within one
+    repeat cancels the machine's phases; 15 repeats of 50 ms gave gaps that moved by
+    ±5 % between runs of one kernel on a noisy VM (docs/decisions.md)."""
+    return MeasureConfig(
+        warmup=1, repeat=3 * config.repeat, min_repeat_ms=config.min_repeat_ms / 10
+    )
+
+
+def paired_gap(user: Sequence[Timing], aligned: Sequence[Timing]) -> float:
+    """How much slower the kernel is on the user's sets than on aligned ones: the median
+    over repeats of (median of the user sets' samples in that repeat / median of the
+    aligned sets'), minus 1. The timings come from one `time_interleaved` call, so the
+    j-th samples were taken side by side."""
+    per_repeat = zip(
+        zip(*(t.times_ms for t in user), strict=True),
+        zip(*(t.times_ms for t in aligned), strict=True),
+        strict=True,
+    )
+    return statistics.median(statistics.median(u) / statistics.median(a) for u, a in per_repeat) - 1
+
+
 # Builds TVM's best kernel on the given inputs (benchmarks.tune.tvm_ref.best_kernel with the
 # workload bound); None when TVM has no correct record to compile.
 TVMFactory = Callable[[Sequence[np.ndarray], Sequence[tuple[tuple[int, ...], Any]]], Any]
@@ -61,8 +85,9 @@ def compare(
     with_neighbour: bool = False,
 ) -> dict[str, Any]:
     """Verify the kernel (PyTorch, TVM); time them and numpy in one interleaved call, all on
-    numpy-allocated arrays, with the kernel also on 64-byte aligned copies and on more sets
-    of each kind (`align_gap`: medians over `PLACEMENTS` sets).
+    numpy-allocated arrays; then the kernel alone on `PLACEMENTS` sets of numpy's arrays
+    (the first the same) and as many 64-byte aligned copies, in a call of its own with many
+    short repeats (`gap_config`; `align_gap`: `paired_gap`).
     `with_neighbour`: then time the kernel, numpy and PyTorch again, alone and beside a
     memory-bandwidth neighbour (`beside_neighbour`)."""
     inputs, outputs = user_arrays(task, seed)
@@ -80,17 +105,8 @@ def compare(
     fns: list[Callable[[], object]] = [
         kernel.bind_call(*inputs, *outputs),
         lambda: task.reference(inputs),
-        kernel.bind_call(*aligned[0], *aligned_out[0]),
     ]
-    names = ["loomtune", "numpy", "aligned"]
-    user_names = ["loomtune", *(f"loomtune@{i}" for i in range(1, PLACEMENTS))]
-    aligned_names = ["aligned", *(f"aligned@{i}" for i in range(1, PLACEMENTS))]
-    for name, (ins, outs) in zip(user_names[1:], more_user):
-        fns.append(kernel.bind_call(*ins, *outs))
-        names.append(name)
-    for name, ins, outs in zip(aligned_names[1:], aligned[1:], aligned_out[1:]):
-        fns.append(kernel.bind_call(*ins, *outs))
-        names.append(name)
+    names = ["loomtune", "numpy"]
     torch_fn = torch_call(task, inputs, threads) if with_torch else None
     if torch_fn is not None:
         call, result = torch_fn
@@ -126,13 +142,22 @@ def compare(
                 ),
             )
         )
+    if threads > 1:
+        time.sleep(settle_s)  # numpy's and PyTorch's threads stop spinning
+    sets = [(inputs, outputs), *more_user, *zip(aligned, aligned_out)]
+    placed = time_interleaved(
+        [kernel.bind_call(*ins, *outs) for ins, outs in sets], gap_config(config), one_number=True
+    )
+    user_t, aligned_t = placed[:PLACEMENTS], placed[PLACEMENTS:]
+    out["placements_ms"] = {
+        "user": [t.median_ms for t in user_t],
+        "aligned": [t.median_ms for t in aligned_t],
+    }
+    out["gap_offsets"] = [[offset_of(a) for a in (*ins, *outs)] for ins, outs in sets]
+    timings["aligned"] = aligned_t[0]
+    out["aligned_ms"] = statistics.median(out["placements_ms"]["aligned"])
+    out["align_gap"] = paired_gap(user_t, aligned_t)  # > 0: slower on the user's arrays
     latency = timings["loomtune"].median_ms
-    user_ms = [timings[n].median_ms for n in user_names]
-    aligned_ms = [timings[n].median_ms for n in aligned_names]
-    out["placements_ms"] = {"user": user_ms, "aligned": aligned_ms}
-    out["aligned_ms"] = statistics.median(aligned_ms)
-    # > 0: slower on the user's arrays
-    out["align_gap"] = statistics.median(user_ms) / out["aligned_ms"] - 1
     for name in ("loomtune", "numpy", "aligned", "torch", "tvm"):
         out[name] = _timing(timings[name]) if name in timings else None
     out["latency_ms"] = latency

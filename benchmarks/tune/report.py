@@ -229,6 +229,24 @@ def _tuning_timing(tune: dict[str, Any]) -> str:
     return text
 
 
+def _gap_text(result: dict[str, Any]) -> str:
+    """How this result's gap was timed: the protocol changed twice (docs/decisions.md)."""
+    rows = result.get("rows") or []
+    if any("gap_offsets" in r for r in rows):
+        return (
+            "the same kernel on three sets of numpy's arrays (the first those above) and three "
+            "64-byte aligned copies, timed alone in a call of many short repeats (each visits "
+            "all six), the median over repeats of the user sets' median over the aligned "
+            "sets', minus 1"
+        )
+    return (
+        "the same kernel's time on those arrays over its time on 64-byte aligned copies of "
+        "them, timed in the same call, minus 1 (where the rows hold `placements_ms`, medians "
+        "over that many sets of each kind, as where one set lies moves a kernel as much as "
+        "its offset)"
+    )
+
+
 def note(result: dict[str, Any]) -> str:
     tune = result["tune"]
     parts = [
@@ -253,10 +271,9 @@ def note(result: dict[str, Any]) -> str:
             else ""
         )
         + ", all on arrays numpy allocated (as a user's are: large ones start 16 bytes past a "
-        "64-byte boundary); `aligned gap`: the same kernel's time on those arrays over its time "
-        "on 64-byte aligned copies of them, timed in the same call, minus 1 (where the rows hold "
-        "`placements_ms`, medians over that many sets of each kind, as where one set lies moves a "
-        "kernel as much as its offset); × = their time / loomtune's. conv2d's numpy is the library's reference "
+        "64-byte boundary); `aligned gap`: "
+        + _gap_text(result)
+        + "; × = their time / loomtune's. conv2d's numpy is the library's reference "
         "(sliding windows + tensordot: im2col + GEMM). Tuning s: the whole `tune_task` call; search s: of that, the strategy proposing and learning (the measurement processes wait meanwhile); cand/s: trials / the loop's time.",
     ]
     parts.append(

@@ -8,6 +8,7 @@ the README section renders.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -20,11 +21,11 @@ from benchmarks.tune import plot as tune_plot
 from benchmarks.tune import report as tune_report
 from benchmarks.tune import run as tune_run
 from benchmarks.tune import suite as tune_suite
-from benchmarks.tune.compare import PLACEMENTS
+from benchmarks.tune.compare import PLACEMENTS, paired_gap
 from benchmarks.tune.extras import evo_replay as tune_evo
 from benchmarks.tune.suite import select, thread_rows
 from ir.task import library_task
-from workers.timing import MeasureConfig
+from workers.timing import MeasureConfig, Timing
 
 CONV = tune_suite.QUICK_LAYERS[1].name
 
@@ -37,16 +38,28 @@ def _assert_compared_on_numpy_arrays(row: dict, with_torch: bool) -> None:
     # numpy's allocator placed them: on 16-byte boundaries (rarely on 64-byte ones)
     assert len(row["offsets"]) == 3  # A, B and C; X, W and Y
     assert row["offsets"] and all(o % 16 == 0 for o in row["offsets"])
-    k, a = row["loomtune"], row["aligned"]
-    assert len(a["times_ms"]) == len(k["times_ms"])
-    # the gap: medians over sets of each kind, the first of each the row's own timings
+    # the gap: its own call over sets of each kind, the first user set the row's arrays
     user, aligned = row["placements_ms"]["user"], row["placements_ms"]["aligned"]
     assert len(user) == len(aligned) == PLACEMENTS
-    assert user[0] == k["median_ms"] and aligned[0] == a["median_ms"]
+    assert row["gap_offsets"][0] == row["offsets"]
+    assert all(o == 0 for offs in row["gap_offsets"][PLACEMENTS:] for o in offs)
+    assert aligned[0] == row["aligned"]["median_ms"]
     assert row["aligned_ms"] == statistics.median(aligned)
-    assert row["align_gap"] == pytest.approx(statistics.median(user) / row["aligned_ms"] - 1)
+    assert math.isfinite(row["align_gap"])
     if with_torch:  # PyTorch at the row's thread count
         assert row["torch"] is not None and row["ratio_torch"] > 0
+
+
+def test_paired_gap_compares_samples_taken_side_by_side() -> None:
+    """A machine phase that slows every set in some repeats does not move the gap; the
+    ratio of per-set medians would follow whichever sets the slow repeats hit."""
+    phase = [1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 1.0]
+    user = [Timing(tuple(1.1 * p for p in phase), 1) for _ in range(3)]
+    # an aligned set that ran its slow phase at other moments
+    aligned = [Timing(tuple(phase), 1), Timing(tuple(phase), 1), Timing(tuple(phase[::-1]), 1)]
+    assert paired_gap(user, aligned) == pytest.approx(0.1)
+    with pytest.raises(ValueError):  # sets timed in different calls cannot be paired
+        paired_gap(user, [Timing((1.0,), 1)] * 3)
 
 
 def test_quick_tune_run_writes_curves_ratios_and_png(tmp_path: Path) -> None:
