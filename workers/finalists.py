@@ -12,6 +12,7 @@ run returns.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,15 +35,20 @@ FINALISTS = 4
 """Stored bests re-timed together at the end of a run."""
 
 FINAL_CONFIG = MeasureConfig(warmup=1, number=0, repeat=7, min_repeat_ms=10.0)
-"""Longer than a tuning measurement (3 repeats of 2 ms): 4 kernels cost about a second."""
+"""Longer than a tuning measurement (3 repeats of 2 ms): 4 kernels cost about two seconds."""
+
+FINAL_SETS = 2
+"""Array sets per timed offset each finalist runs on (its time there: their median). Where
+a set lies moved one kernel by up to 45 % on a VM, as much as its offset did
+(docs/decisions.md): with one set, a finalist could win by where its buffers fell."""
 
 
 @dataclass(frozen=True)
 class Finalist:
     record: TuningRecord
     retimed_ms: float | None
-    """Median of the interleaved re-timing at the slower offset (`ir.arrays.TIMED_OFFSETS`);
-    None when it no longer compiled or verified."""
+    """Median of the interleaved re-timing at the slower offset (`ir.arrays.TIMED_OFFSETS`;
+    at each, the median over `FINAL_SETS` sets); None when it no longer compiled or verified."""
     message: str | None = None
 
 
@@ -64,13 +70,15 @@ def select_fastest(
     A record whose trace no longer compiles or whose kernel is wrong is left out
     (with its message); None when none is left. A single record is returned
     without timing. Like a candidate (`workers.measure`), each is timed at every offset of
-    `ir.arrays.TIMED_OFFSETS` and ranked by the slower; it is verified at the first; a model
+    `ir.arrays.TIMED_OFFSETS`, there on `FINAL_SETS` sets, and ranked by the slower offset's
+    median; it is verified on the first set; a model
     task's is timed without what only rearranges its constants (`workers.prepacked`), and
     the kernel returned is still the whole program's.
     """
     made = task.make_inputs(seed=0)
-    inputs = {off: [copy_at_offset(a, off) for a in made] for off in TIMED_OFFSETS}
-    first = TIMED_OFFSETS[0]
+    sets = [(off, i) for off in TIMED_OFFSETS for i in range(FINAL_SETS)]
+    inputs = {s: [copy_at_offset(a, s[0]) for a in made] for s in sets}
+    first = sets[0]
     with limit_numpy_threads(target.num_threads):
         refs = task.reference(made)
     kernels: list[tuple[TuningRecord, Kernel, dict, dict, Program]] = []
@@ -88,7 +96,7 @@ def select_fastest(
         ) as e:  # a stored trace this version refuses
             dropped.append(Finalist(record, None, f"{type(e).__name__}: {e}"))
             continue
-        outputs = {off: empty_outputs(task.output_specs(), off) for off in TIMED_OFFSETS}
+        outputs = {s: empty_outputs(task.output_specs(), s[0]) for s in sets}
         args = inputs
         try:
             if prologue is not None and packer is not None:
@@ -110,12 +118,14 @@ def select_fastest(
         return Selection(
             record, _whole(kernel, program, target), (Finalist(record, None), *dropped)
         )
-    calls = [
-        k.bind_call(*args[o], *out[o]) for _, k, args, out, _ in kernels for o in TIMED_OFFSETS
-    ]
-    timings = time_interleaved(calls, config)
-    n = len(TIMED_OFFSETS)
-    worst = [max(t.median_ms for t in timings[i : i + n]) for i in range(0, len(timings), n)]
+    calls = [k.bind_call(*args[s], *out[s]) for _, k, args, out, _ in kernels for s in sets]
+    timings = iter(time_interleaved(calls, config))
+    worst = []
+    for _ in kernels:
+        at = {s: next(timings).median_ms for s in sets}
+        worst.append(
+            max(statistics.median(at[off, i] for i in range(FINAL_SETS)) for off in TIMED_OFFSETS)
+        )
     ranked = sorted(zip(kernels, worst), key=lambda kt: kt[1])
     (record, kernel, _, _, program), _ = ranked[0]
     finalists = tuple(Finalist(r, ms) for (r, *_), ms in ranked) + tuple(dropped)
