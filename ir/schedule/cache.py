@@ -28,8 +28,26 @@ from ir.program import (
     Stmt,
     seq,
 )
-from ir.schedule.analysis import readers, writers
-from ir.schedule.state import ScheduleError, find_block, fresh_names, replace_realize, root_index
+from ir.schedule.analysis import bindings, loop_ranges, readers, writers
+from ir.schedule.region import (
+    check_const_extents,
+    check_loop_kind,
+    const_ranges,
+    exact_box,
+    inner_loops,
+    loads_of,
+    loop_path,
+    new_nest,
+)
+from ir.schedule.state import (
+    ScheduleError,
+    blocks_under,
+    find_block,
+    fresh_names,
+    replace_loop,
+    replace_realize,
+    root_index,
+)
 from ir.visit import substitute
 
 SCOPES = ("global", "local")
@@ -298,3 +316,105 @@ def write_domain(block: Block, indices: tuple[Expr, ...], buffer: str) -> list[I
                 f'block "{block.name}": writes {buffer} at an index that depends on {v.name}'
             )
     return [iv for iv in block.iter_vars if iv.var in used]
+
+
+# ---------------------------------------------------------------------------
+# accumulate_at
+
+
+def accumulate_at(program: Program, block: str, loop: str) -> tuple[Program, str]:
+    """Make `block` update its output through a local tile inside `loop`: loaded, updated, stored.
+
+        for k0, i2:                                  for k0, i2:
+          for k1, i3:                                  for ax0: C_local[..] = C[..]       (fill)
+            with block("C"):                  ->       for k1, i3:
+              C[vi] = C[vi] + A[vi, vk] * ...            with block("C"): C_local[vi] = C_local[vi] + ...
+                                                       for ax0: C[..] = C_local[..]       (write-back)
+
+    Unlike `cache_write`, whose write-back must wait until the reduction is done,
+    this is legal inside a reduction loop: each iteration of `loop` starts from
+    what C holds and leaves its sums there, so a K-blocked matmul keeps its
+    register tile for one k-block and adds it back (the micro-kernel of
+    OpenBLAS's K-outer blocking). Lowering compacts the local buffer to the box
+    one iteration touches. Refused unless: the block is the only block under
+    `loop`; it has no init (decompose the reduction first: the init would write
+    the tile, not C); its body is one store to a buffer of the program that it
+    reads only at the stored index; what one iteration of `loop` stores is a box.
+    Returns the write-back block's name (that of the local buffer).
+    """
+    what = f'accumulate_at of block "{block}" at loop {loop}'
+    r = find_block(program, block)
+    path = loop_path(program, loop)
+    check_loop_kind(path, loop, block)
+    check_const_extents(r, what)
+    under = [b.block.name for b in blocks_under(path[-1])]
+    if block not in under:
+        raise ScheduleError(f'{what}: loop {loop} does not enclose block "{block}"')
+    if under != [block]:
+        other = next(n for n in under if n != block)
+        raise ScheduleError(
+            f'{what}: loop {loop} also holds block "{other}"; only the updated block may be under it'
+        )
+    if r.block.init is not None:
+        raise ScheduleError(
+            f'{what}: block "{block}" has an init; decompose the reduction first '
+            "(the init would write the local tile, not the output)"
+        )
+    store = r.block.body
+    if not isinstance(store, BufferStore) or len(r.block.writes) != 1:
+        raise ScheduleError(f'{what}: block "{block}" is not a single store')
+    dst = program_buffer(program, store.buffer.name)
+    if dst is None:
+        raise ScheduleError(f"{what}: {store.buffer.name} is local to a block")
+    if any(ld.indices != store.indices for ld in loads_of(store, dst.name)):
+        raise ScheduleError(
+            f'{what}: block "{block}" reads {dst.name} at another index than it stores'
+        )
+
+    binds = bindings(r)
+    inner = const_ranges(inner_loops(program, block, loop), what)
+    env = {**loop_ranges(path), **inner}
+    exprs = [substitute(i, binds) for i in store.indices]
+    box = exact_box(exprs, inner, env)  # type: ignore[arg-type]
+    outer = {f.var for f in path}
+    if box is None or any(isinstance(v, Var) and v not in outer for mn, _ in box for v in walk(mn)):
+        raise ScheduleError(
+            f"{what}: the part of {dst.name} that one iteration of loop {loop} updates is not a box"
+        )
+
+    names = fresh_names(program)
+    local = Buffer(names.fresh(f"{dst.name}_local"), dst.shape, dst.dtype, "local")
+    fill_name = names.fresh(f"{local.name}_fill")
+    new_block = replace(
+        r.block,
+        writes=(replace(r.block.writes[0], buffer=local),),
+        reads=tuple(
+            replace(rd, buffer=local) if rd.buffer.name == dst.name else rd for rd in r.block.reads
+        ),
+        body=redirect_stores(store, dst.name, local),
+    )
+    program = replace_realize(program, block, lambda x: replace(x, block=new_block))
+    program = replace(program, allocs=(*program.allocs, local))
+    spans = dict(enumerate(box))
+    for name, src, out in ((fill_name, dst, local), (local.name, local, dst)):
+        _, ivs = new_domain(
+            fresh_names(program), [(Const(n, "int64"), "spatial") for n in dst.concrete_shape()]
+        )
+        idx = tuple(iv.var for iv in ivs)
+        blk = Block(
+            name,
+            tuple(ivs),
+            (point_region(src, idx),),
+            (point_region(out, idx),),
+            BufferStore(out, Load(src, idx), idx),
+        )
+        nest, _, _ = new_nest(program, BlockRealize(idx, TRUE, blk), spans, path)
+        first = out is local
+        program = replace_loop(
+            program,
+            loop,
+            lambda f, nest=nest, first=first: replace(
+                f, body=seq(nest, f.body) if first else seq(f.body, nest)
+            ),
+        )
+    return program, local.name

@@ -110,6 +110,11 @@ class Schedule:
 
         return BlockRV(self._apply(cache.cache_write, block_name(block), write_index, scope))
 
+    def accumulate_at(self, block: BlockRV | str, loop: LoopRV | str) -> BlockRV:
+        from ir.schedule import cache
+
+        return BlockRV(self._apply(cache.accumulate_at, block_name(block), loop_name(loop)))
+
     # -- reductions ---------------------------------------------------------------
 
     def decompose_reduction(self, block: BlockRV | str, loop: LoopRV | str) -> BlockRV:

@@ -31,6 +31,7 @@ PRIMITIVES = (
     "reverse_compute_inline",
     "cache_read",
     "cache_write",
+    "accumulate_at",
     "decompose_reduction",
     "rfactor",
     "transform_layout",

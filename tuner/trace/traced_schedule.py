@@ -263,6 +263,11 @@ class TracedSchedule:
             "cache_write", (block,), attrs, lambda: self.sch.cache_write(block, write_index, scope)
         )
 
+    def accumulate_at(self, block: BlockRV, loop: LoopRV) -> BlockRef:
+        return self._record(
+            "accumulate_at", (block, loop), {}, lambda: self.sch.accumulate_at(block, loop)
+        )
+
     def decompose_reduction(self, block: BlockRV, loop: LoopRV) -> BlockRef:
         return self._record(
             "decompose_reduction",
@@ -547,6 +552,7 @@ def replay_instruction(
         "compute_at",
         "reverse_compute_at",
         "decompose_reduction",
+        "accumulate_at",
     ):
         args = [_handle(a, k) for a in args]
         out = getattr(sch, k)(*args)

@@ -1,4 +1,4 @@
-"""cache_read and cache_write: goldens, correctness through codegen, refusals."""
+"""cache_read, cache_write and accumulate_at: goldens, correctness through codegen, refusals."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+from ir.expr import Binary, Const, Load
+from ir.lower import lower
 from ir.printer import print_program
 from ir.program import Block, BufferRegion, Range, seq
 from ir.schedule import Schedule
-from ir.schedule.state import find_block, replace_realize
+from ir.schedule.state import blocks_under, find_block, find_loop, replace_realize
 from ir.task import library_task
 from ir.visit import post_order_rewrite
 from tests.ir.schedule.schedcheck import assert_correct, assert_refused
@@ -148,3 +150,64 @@ def test_cache_write_refuses_a_buffer_with_another_writer(mm) -> None:
     assert_refused(
         sch, lambda s: s.cache_write("C", 0, "local"), '"C"', 'also written by block "C2"'
     )
+
+
+def _k_blocked(sch: Schedule) -> tuple:
+    """matmul as i0 | k0 | i1 j0 | k1 | j1 (K-outer); the init decomposed before k0."""
+    i, j, k = sch.get_loops("C")
+    i0, i1 = sch.split(i, [None, 8])  # 37 = 5 * 8 - 3: guarded rows
+    j0, j1 = sch.split(j, [None, 8])
+    k0, k1 = sch.split(k, [None, 6])  # 23 = 4 * 6 - 1: a guarded k-block
+    sch.reorder(i0, k0, i1, j0, k1, j1)
+    sch.decompose_reduction("C", k0)
+    return i0, k0, i1, j0, k1, j1
+
+
+def test_accumulate_at_keeps_a_tile_per_k_block_and_is_correct(mm) -> None:
+    task, sch = mm
+    i0, _, _, j0, _, _ = _k_blocked(sch)
+    wb = sch.accumulate_at("C", j0)
+    assert wb.name == "C_local"
+    text = print_program(sch.program)
+    assert "C_local = alloc(float32[37, 19], scope='local')" in text
+    assert "C_local[vi, vj] = C_local[vi, vj] + A[vi, vr] * B[vr, vj]" in text
+    assert [b.name for b in sch.get_child_blocks()] == ["C_init", "C_local_fill", "C", "C_local"]
+    # fill, update and write-back all run inside j0, once per k-block
+    j0_loop = find_loop(sch.program, j0.name)
+    assert [b.block.name for b in blocks_under(j0_loop)] == ["C_local_fill", "C", "C_local"]
+    assert_correct(task, sch.program)
+    # compaction shrinks the local buffer to one 8-column tile of a row
+    lowered = lower(sch.program)
+    assert "C_local = alloc(float32[8], scope='local')" in print_program(lowered)
+    sch.parallel(i0)
+    assert_correct(task, sch.program, threads=2)
+
+
+def test_accumulate_at_refusals(mm) -> None:
+    _, sch = mm
+    i, j, k = sch.get_loops("C")
+    assert_refused(sch, lambda s: s.accumulate_at("C", j), '"C"', "init", "decompose")
+    sch.decompose_reduction("C", k)
+    assert_refused(sch, lambda s: s.accumulate_at("C", "nope"), "nope")
+    sch.cache_read("C", 1, "global")
+    sch.compute_at("B_global", i)
+    assert_refused(sch, lambda s: s.accumulate_at("C", i), '"C"', 'also holds block "B_global"')
+
+
+def test_accumulate_at_refuses_an_output_read_at_another_index() -> None:
+    task = library_task("matmul", MM)
+    sch = Schedule(task.program)
+    _, _, k = sch.get_loops("C")
+    sch.decompose_reduction("C", k)
+    r = find_block(sch.program, "C")
+    store = r.block.body
+    shifted = Load(store.buffer, (store.indices[0], Const(0, "int64")))
+    sch.program = replace_realize(
+        sch.program,
+        "C",
+        lambda x: replace(
+            x,
+            block=replace(x.block, body=replace(store, value=Binary("add", store.value, shifted))),
+        ),
+    )
+    assert_refused(sch, lambda s: s.accumulate_at("C", k), '"C"', "another index")

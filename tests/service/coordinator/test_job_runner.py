@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -74,51 +75,41 @@ def job(api: Api, secret: str, job_id: int) -> dict[str, Any]:
     return r.json()
 
 
-def serve_until(
+def serve(
     api: Api,
     worker: PlayedWorker,
     secret: str,
     job_id: int,
-    statuses: tuple[str, ...],
+    done: Callable[[dict[str, Any]], bool],
+    runner: tuple[JobRunnerService, threading.Thread] | None = None,
     timeout: float = 120,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], threading.Thread | None]:
+    """Step the worker until `done(job state)`; fails with the job's state after `timeout`.
+
+    With `runner`, its thread is restarted when it has ended: on a loaded machine the
+    worker's last call can be older than a test's short lease when the runner looks for
+    a live worker, and the runner then claims nothing and ends. Returns the state and
+    the runner's (last) thread.
+    """
+    thread = None if runner is None else runner[1]
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = job(api, secret, job_id)
-        if state["status"] in statuses:
-            return state
+    while not done(state := job(api, secret, job_id)):
+        assert time.monotonic() < deadline, f"job {job_id} did not finish as expected: {state}"
+        if runner is not None and thread is not None and not thread.is_alive():
+            thread = runner_thread(runner[0])
         if worker.step() == 0:
             time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not reach {statuses}: {job(api, secret, job_id)}")
+    return state, thread
+
+
+def finished(state: dict[str, Any]) -> bool:
+    return state["status"] in ("succeeded", "failed")
 
 
 def runner_thread(runner: JobRunnerService) -> threading.Thread:
     t = threading.Thread(target=runner.run_one, daemon=True)
     t.start()
     return t
-
-
-def serve_to(
-    api: Api,
-    worker: PlayedWorker,
-    secret: str,
-    job_id: int,
-    trials: int,
-    runner: JobRunnerService,
-    thread: threading.Thread,
-    timeout: float = 120,
-) -> threading.Thread:
-    """Serve the job until it has `trials` results; the runner's thread (a new one if the
-    first claimed nothing: on a loaded machine the worker's last call can be older than a
-    test's short lease when the runner looks for a live worker, and the runner then ends)."""
-    deadline = time.monotonic() + timeout
-    while job(api, secret, job_id)["trials_done"] < trials:
-        assert time.monotonic() < deadline, f"job {job_id}: {job(api, secret, job_id)}"
-        if not thread.is_alive():
-            thread = runner_thread(runner)
-        if worker.step() == 0:
-            time.sleep(0.05)
-    return thread
 
 
 @pytest.mark.parametrize("strategy", ["replay", "evolutionary"])
@@ -144,10 +135,10 @@ def test_a_job_runs_to_its_budget_and_its_best_is_queryable(api: Api, strategy: 
     job_id = r.json()["id"]
     runner = JobRunnerService(api.engine, lease_seconds=30)
     first = runner_thread(runner)  # the first submitted job
-    serve_until(api, worker, client, submitted["id"], ("succeeded",))
+    serve(api, worker, client, submitted["id"], lambda s: s["status"] == "succeeded")
     first.join(30)
     second = runner_thread(runner)
-    done = serve_until(api, worker, client, job_id, ("succeeded", "failed"))
+    done, _ = serve(api, worker, client, job_id, finished)
     second.join(30)
     assert done["status"] == "succeeded", done
     assert done["trials_done"] == TRIALS and done["best_latency_ms"] > 0
@@ -206,7 +197,7 @@ def test_a_space_that_runs_out_succeeds_with_fewer_trials_and_says_so(api: Api) 
     job_id = r.json()["id"]
     runner = JobRunnerService(api.engine, lease_seconds=30)
     t = runner_thread(runner)
-    done = serve_until(api, worker, client, job_id, ("succeeded", "failed"))
+    done, _ = serve(api, worker, client, job_id, finished)
     t.join(30)
     assert done["status"] == "succeeded" and done["trials_done"] == reachable
     # A remark on a job that succeeded is its note, not an error.
@@ -229,7 +220,14 @@ def test_cancel_stops_the_runner_and_keeps_the_records(api: Api) -> None:
     )
     job_id = r.json()["id"]
     runner = JobRunnerService(api.engine, lease_seconds=30)
-    t = serve_to(api, worker, client, job_id, 5, runner, runner_thread(runner))
+    _, t = serve(
+        api,
+        worker,
+        client,
+        job_id,
+        lambda s: s["trials_done"] >= 5,
+        (runner, runner_thread(runner)),
+    )
     assert api.call("POST", f"/v1/jobs/{job_id}/cancel", client).status_code == 200
     t.join(30)
     assert not t.is_alive()
@@ -248,14 +246,16 @@ def test_a_restarted_coordinator_resumes_the_job_from_the_database(api: Api) -> 
         client, target="host", trials=12, op="matmul", params={"m": 48, "n": 32, "k": 16}
     )["id"]
     first = JobRunnerService(api.engine, lease_seconds=1.5, name="first")
-    t = serve_to(api, worker, client, job_id, 6, first, runner_thread(first))
+    _, t = serve(
+        api, worker, client, job_id, lambda s: s["trials_done"] >= 6, (first, runner_thread(first))
+    )
     first.stop(timeout=30)  # the process stops: the job stays running, its lease runs out
     t.join(30)
     assert job(api, client, job_id)["status"] == "running"
     time.sleep(1.6)
     second = JobRunnerService(api.engine, lease_seconds=30, name="second")
     t2 = runner_thread(second)
-    done = serve_until(api, worker, client, job_id, ("succeeded", "failed"))
+    done, _ = serve(api, worker, client, job_id, finished)
     t2.join(30)
     assert done["status"] == "succeeded" and done["trials_done"] == 12
     hashes = [

@@ -38,6 +38,15 @@ Then (each step as in docs/gemm.md):
   levels 1 or 2; both lie outside every reduction loop, as
   `reverse_compute_at` requires). `decompose_reduction` comes later, in a
   postprocessor: `reverse_compute_at` refuses once a reduction is decomposed.
+
+K-outer (a sampled choice where the inner reduction level cannot hold the whole
+reduction): the order becomes S0 R0 S1 S2 R1 S3 (matmul: i0 j0 | k0 | i1 j1 |
+i2 j2 | k1 | i3 j3), OpenBLAS's blocking: per k-block, the S1 x S2 block of the
+output is swept with the weight's k-block (kc x nc, packable under k0) kept in
+cache, instead of streaming the whole weight once per row strip. The output is
+zeroed before the k-blocks (`decompose_reduction` at k0) and each register tile
+is loaded from it, accumulated over one k-block and added back
+(`accumulate_at` at S2's last loop), so the accumulators still live in registers.
 """
 
 from __future__ import annotations
@@ -45,9 +54,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ir.expr import Buffer, Var
+from ir.expr import Buffer, Const, Var
 from ir.node import walk
-from ir.program import PREFETCH, BlockRealize, BufferStore, Program
+from ir.program import PREFETCH, BlockRealize, BufferStore, For, Program
 from ir.schedule import Schedule, ScheduleError
 from ir.schedule.analysis import readers
 from ir.schedule.state import block_name, find_block, loop_name, loops_above
@@ -90,6 +99,7 @@ class MultiLevelTiling(ScheduleRule):
         max_accumulators: int | None = None,
         prefetch_distances: Sequence[int] = (0, 2, 4, 8),
         prefetch_probabilities: Sequence[float] = (0.4, 0.2, 0.2, 0.2),
+        k_outer_probability: float = 0.25,
     ) -> None:
         if set(structure) != {"S", "R"}:
             raise ValueError(f"tiling structure {structure!r} must use both S and R levels")
@@ -104,6 +114,7 @@ class MultiLevelTiling(ScheduleRule):
             raise ValueError("one probability per prefetch distance")
         self.prefetch_distances = list(prefetch_distances)
         self.prefetch_probabilities = list(prefetch_probabilities)
+        self.k_outer_probability = k_outer_probability
 
     @staticmethod
     def applies(program: Program, block: str) -> bool:
@@ -127,12 +138,18 @@ class MultiLevelTiling(ScheduleRule):
         r = find_block(sch.program, block)
         roles = [loop_role(r, lp) for lp in loops_above(sch.program, block)]
         vector_axis = max(k for k, role in enumerate(roles) if role == "spatial")
-        s_levels, r_levels = self.structure.count("S"), self.structure.count("R")
+        structure = self.structure
+        fors = loops_above(sch.program, block)
+        k_outer = self._maybe_k_outer(
+            sch, [lp for lp, role in zip(fors, roles) if role == "reduce"]
+        )
+        if k_outer:
+            structure = k_outer_structure(structure)
+        s_levels, r_levels = structure.count("S"), structure.count("R")
 
         # 1. sampled tile sizes, one perfect tiling per loop
         b = sch.get_block(block)
         loops = sch.get_loops(b)
-        fors = loops_above(sch.program, block)
         shapes = [
             (
                 int(lp.extent.value),
@@ -141,7 +158,7 @@ class MultiLevelTiling(ScheduleRule):
             )  # type: ignore[attr-defined]
             for k, (lp, role) in enumerate(zip(fors, roles))
         ]
-        drawn = self._draw(sch, shapes, roles, vector_axis, ctx)
+        drawn = self._draw(sch, shapes, roles, vector_axis, ctx, structure)
         tiles: list[list[IntRV]] = [
             sch.sample_perfect_tile(
                 lp, n=n, max_innermost_factor=bound, decision=decision, cover=role == "spatial"
@@ -156,7 +173,7 @@ class MultiLevelTiling(ScheduleRule):
         parts = [sch.split(lp, f) for lp, f in zip(loops, tiles)]
         groups: list[tuple[str, list[LoopRef]]] = []
         seen = {"S": 0, "R": 0}
-        for ch in self.structure:
+        for ch in structure:
             level = seen[ch]
             seen[ch] += 1
             groups.append(
@@ -172,13 +189,17 @@ class MultiLevelTiling(ScheduleRule):
         order = [lp for _, g in groups for lp in g]
         if len(order) > 1:
             sch.reorder(*order)
+        first_r = next(i for i, (ch, _) in enumerate(groups) if ch == "R")
         if pack is not None:
-            outside = self.structure[: self.structure.index("R")].count(
-                "S"
-            )  # S levels outside every R
-            self._place_pack(sch, pack, parts[vector_axis][:outside])
+            outside = structure[: structure.index("R")].count("S")  # S levels outside every R
+            # K-outer: also under the outer k-block loop, packing one k-block of the panels
+            self._place_pack(sch, pack, [*parts[vector_axis][:outside], *groups[first_r][1][-1:]])
         else:
             self._maybe_prefetch(sch, r, vector_axis, [g for ch, g in groups if ch == "R"])
+
+        if k_outer:
+            self._accumulate_per_k_block(sch, b, groups, first_r)
+            return
 
         # 4. the local accumulator, its write-back (with element-wise consumers folded in)
         output = written_buffer(r)
@@ -188,11 +209,7 @@ class MultiLevelTiling(ScheduleRule):
         except ScheduleError:
             return  # e.g. a consumer in the same nest: stay tiled without a cache
         self._fold_consumers(sch, output)
-        outer = [
-            g
-            for ch, g in groups[: next(i for i, (c, _) in enumerate(groups) if c == "R")]
-            if ch == "S"
-        ]
+        outer = [g for ch, g in groups[:first_r] if ch == "S"]
         levels = [lv for lv in self.write_levels if 1 <= lv <= len(outer) and outer[lv - 1]]
         if not levels:
             return
@@ -200,6 +217,41 @@ class MultiLevelTiling(ScheduleRule):
         # The loop itself is the sampled variable, so a changed decision moves the write-back.
         at = loops[0] if len(loops) == 1 else sch.sample_loop(loops, [1 / len(loops)] * len(loops))
         sch.reverse_compute_at(writeback, at)
+
+    def _maybe_k_outer(self, sch: TracedSchedule, reduce_loops: Sequence[For]) -> bool:
+        """A sampled choice: the outer reduction level goes outside the cache tiles (K-outer).
+
+        Offered where the inner reduction level cannot hold the whole reduction
+        (its extents multiply to more than `max_reduce_factor`), so there is always
+        more than one k-block.
+        """
+        p = self.k_outer_probability
+        extents = [lp.extent for lp in reduce_loops]
+        if p <= 0 or not all(isinstance(e, Const) for e in extents):
+            return False
+        if math.prod(int(e.value) for e in extents) <= self.max_reduce_factor:  # type: ignore[union-attr]
+            return False
+        return int(sch.sample_categorical([0, 1], [1 - p, p])) == 1
+
+    @staticmethod
+    def _accumulate_per_k_block(
+        sch: TracedSchedule,
+        block: BlockRef,
+        groups: Sequence[tuple[str, Sequence[LoopRef]]],
+        first_r: int,
+    ) -> None:
+        """K-outer: zero the outer tile of the output before its k-blocks, then let each
+        register tile start from the output and add its k-block back (`accumulate_at` at
+        the innermost spatial loop outside the inner reduction level), as OpenBLAS's
+        micro-kernel does. Element-wise consumers stay nests of their own: the output is
+        complete only after the last k-block."""
+        outer_k = groups[first_r][1]
+        last_r = max(i for i, (ch, _) in enumerate(groups) if ch == "R")
+        tile = [lp for ch, g in groups[first_r + 1 : last_r] if ch == "S" for lp in g]
+        if not outer_k or not tile:
+            return
+        sch.decompose_reduction(block, outer_k[0])
+        sch.accumulate_at(block, tile[-1])
 
     def _bound(self, k: int, role: str, vector_axis: int, ctx: SpaceContext) -> int:
         if role != "spatial":
@@ -215,6 +267,7 @@ class MultiLevelTiling(ScheduleRule):
         roles: list[str],
         vector_axis: int,
         ctx: SpaceContext,
+        structure: str,
     ) -> list[list[int] | None]:
         """Perfect tiles whose innermost (register) tile is worth vectorizing and fits the registers.
 
@@ -232,7 +285,7 @@ class MultiLevelTiling(ScheduleRule):
             return [None] * len(shapes)
         lanes = ctx.lanes
         budget = self.max_accumulators or (24 if lanes >= 16 else 12)
-        outside = self.structure[: self.structure.index("R")].count("S")
+        outside = structure[: structure.index("R")].count("S")
         in_registers = outside > 0 and sch.rng.random() < REGISTER_TILE_SHARE
         extent, _, bound = shapes[vector_axis]
         wide = [d for d in cover_innermost_choices(extent, bound) if lanes <= d]
@@ -333,6 +386,13 @@ class MultiLevelTiling(ScheduleRule):
             except ScheduleError:
                 continue
             sch.reverse_compute_inline(sch.get_block(c.block.name))
+
+
+def k_outer_structure(structure: str) -> str:
+    """The structure with its first R level moved right after the first S level:
+    SSRSRS -> SRSSRS (matmul: i0 j0 | k0 | i1 j1 | i2 j2 | k1 | i3 j3)."""
+    r = structure.index("R")
+    return structure[:1] + "R" + structure[1:r] + structure[r + 1 :]
 
 
 def _weight(program: Program, r: BlockRealize, axis: int) -> Buffer | None:
