@@ -192,8 +192,10 @@ class MultiLevelTiling(ScheduleRule):
         first_r = next(i for i, (ch, _) in enumerate(groups) if ch == "R")
         if pack is not None:
             outside = structure[: structure.index("R")].count("S")  # S levels outside every R
-            # K-outer: also under the outer k-block loop, packing one k-block of the panels
-            self._place_pack(sch, pack, [*parts[vector_axis][:outside], *groups[first_r][1][-1:]])
+            under = list(parts[vector_axis][:outside])
+            if k_outer:  # also under the k-block loop, packing one k-block of the panels
+                under += groups[first_r][1][-1:]
+            self._place_pack(sch, pack, under)
         else:
             self._maybe_prefetch(sch, r, vector_axis, [g for ch, g in groups if ch == "R"])
 
