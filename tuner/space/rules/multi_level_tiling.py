@@ -223,9 +223,10 @@ class MultiLevelTiling(ScheduleRule):
     def _maybe_k_outer(self, sch: TracedSchedule, reduce_loops: Sequence[For]) -> bool:
         """A sampled choice: the outer reduction level goes outside the cache tiles (K-outer).
 
-        Offered where the inner reduction level cannot hold the whole reduction
-        (its extents multiply to more than `max_reduce_factor`), so there is always
-        more than one k-block.
+        Offered where the reduction is longer than `max_reduce_factor` (the bound on
+        each inner reduction factor), so a matmul always has more than one k-block; a
+        convolution's several reduction loops may still fit the inner level whole,
+        and the draw then gives an outer level of one iteration.
         """
         p = self.k_outer_probability
         extents = [lp.extent for lp in reduce_loops]
