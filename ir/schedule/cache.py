@@ -62,6 +62,20 @@ def point_region(buffer: Buffer, indices: Sequence[Expr]) -> BufferRegion:
     return BufferRegion(buffer, tuple(Range(i, Const(1, "int64")) for i in indices))
 
 
+def copy_block(
+    name: str, ivs: Sequence[IterVar], src: Buffer, dst: Buffer, idx: Sequence[Expr]
+) -> Block:
+    """A block copying `src[idx]` to `dst[idx]` (a cache's fill or write-back)."""
+    idx = tuple(idx)
+    return Block(
+        name,
+        tuple(ivs),
+        (point_region(src, idx),),
+        (point_region(dst, idx),),
+        BufferStore(dst, Load(src, idx), idx),
+    )
+
+
 def root_stmts(program: Program) -> list[Stmt]:
     body = program.body
     return list(body.stmts) if isinstance(body, SeqStmt) else [body]
@@ -196,13 +210,7 @@ def cache_read(program: Program, block: str, read_index: int, scope: str) -> tup
     cache = Buffer(names.fresh(f"{src.name}_{scope}"), src.shape, src.dtype, scope)
     loops, ivs = new_domain(names, [(s, "spatial") for s in src.shape])
     idx = tuple(iv.var for iv in ivs)
-    copy = Block(
-        cache.name,
-        tuple(ivs),
-        (point_region(src, idx),),
-        (point_region(cache, idx),),
-        BufferStore(cache, Load(src, idx), idx),
-    )
+    copy = copy_block(cache.name, ivs, src, cache, idx)
 
     new_block = replace(
         r.block,
@@ -277,13 +285,7 @@ def cache_write(program: Program, block: str, write_index: int, scope: str) -> t
     loops, ivs = new_domain(names, [(iv.extent, "spatial") for iv in spatial])
     mapping = {old.var: new.var for old, new in zip(spatial, ivs)}
     idx = tuple(substitute(i, mapping) for i in store.indices)
-    writeback = Block(
-        cache.name,
-        tuple(ivs),
-        (point_region(cache, idx),),  # type: ignore[arg-type]
-        (point_region(dst, idx),),  # type: ignore[arg-type]
-        BufferStore(dst, Load(cache, idx), idx),  # type: ignore[arg-type]
-    )
+    writeback = copy_block(cache.name, ivs, cache, dst, idx)  # type: ignore[arg-type]
 
     new_block = replace(
         r.block,
@@ -401,13 +403,7 @@ def accumulate_at(program: Program, block: str, loop: str) -> tuple[Program, str
             fresh_names(program), [(Const(n, "int64"), "spatial") for n in dst.concrete_shape()]
         )
         idx = tuple(iv.var for iv in ivs)
-        blk = Block(
-            name,
-            tuple(ivs),
-            (point_region(src, idx),),
-            (point_region(out, idx),),
-            BufferStore(out, Load(src, idx), idx),
-        )
+        blk = copy_block(name, ivs, src, out, idx)
         nest, _, _ = new_nest(program, BlockRealize(idx, TRUE, blk), spans, path)
         first = out is local
         program = replace_loop(
