@@ -56,7 +56,7 @@ from tuner.search.pool import REJECTED, Job, SearchPool, trace_features
 from tuner.search.strategy import SearchContext, register_strategy
 from tuner.space.base import SpaceRejected
 from tuner.space.mutators.base import annotated_categoricals
-from tuner.space.rules.base import PARALLEL, UNROLL
+from tuner.space.rules.base import PARALLEL
 from tuner.trace.errors import TraceError
 from tuner.trace.trace import Trace
 
@@ -302,12 +302,11 @@ class EvolutionaryStrategy:
         (`parallel_balance`; only the first when none has a parallel loop).
 
         Re-deriving keeps the tiles and structure (the block rules decide before the
-        root rule), but the parallel annotations are sampled only with several threads:
-        the derivations part there, so the parallel extents and unroll depths after it
-        were sampled. The source's unroll depths are put back, and the parallel
-        extent, which the source chose for its own thread count or not at all, is
-        tried at each value: a 1-thread best often has only a few outer tiles, and
-        which fused extent splits them evenly over this count is what varies.
+        root rule) and each nest's unroll depth (`RuleSpace.rederive` gives a root
+        annotation's decision to its nest); the parallel extent, which the source
+        chose for its own thread count or not at all, is tried at each value: a
+        1-thread best often has only a few outer tiles, and which fused extent splits
+        them evenly over this count is what varies.
 
         Where no extent gives a parallel loop, the blocks placed by a compute location
         (a conv's padding, a packed weight) are tried at the root: placed under an outer
@@ -318,11 +317,6 @@ class EvolutionaryStrategy:
         rules = space.rule_part(fitted)
         if rules is None:
             return [fitted]
-        old, new = annotated_categoricals(source, UNROLL), annotated_categoricals(rules, UNROLL)
-        if len(old) == len(new):
-            for i, j in zip(old, new):
-                if i in source.decisions:
-                    rules = rules.with_decision(j, source.decisions[i])
         if not annotated_categoricals(rules, PARALLEL):  # one thread: nothing to choose
             return [space.complete(rules)]
         ranked = self._parallel_extents(rules)
@@ -377,7 +371,7 @@ class EvolutionaryStrategy:
             for i in moved:
                 changed = changed.with_decision(i, -1)
             try:
-                part = space.rule_part(space.complete(changed, rederive_rng=self.rng))
+                part = space.rule_part(space.complete(changed, rederive_rng=self.rng, source=rules))
             except (*REJECTED, RecursionError):
                 continue
             if part is not None:

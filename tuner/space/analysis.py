@@ -6,7 +6,7 @@ that earlier rules already changed) and never change it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ir.expr import Call, Const, Expr, Load, Select, Var
@@ -26,6 +26,13 @@ def root_stmts(program: Program) -> list[Stmt]:
 def root_nests(program: Program) -> list[list[str]]:
     """The blocks of each top-level statement, in program order."""
     return [[r.block.name for r in blocks_under(s)] for s in root_stmts(program)]
+
+
+def nest_subject(nest: Sequence[str]) -> str:
+    """What a top-level nest's annotations are for: its last block. Its first is often a
+    packed weight or a padding computed under the main block's tiles, which another
+    thread count may move to a nest of its own."""
+    return nest[-1]
 
 
 def loop_role(r: BlockRealize, loop: For) -> str:

@@ -47,18 +47,19 @@ from ir.program import Program
 from ir.schedule import ScheduleError
 from ir.schedule.state import all_blocks
 from ir.target import Target
-from tuner.space.analysis import root_nests
+from tuner.space.analysis import nest_subject, root_nests
 from tuner.space.base import SpaceRejected
 from tuner.space.context import SpaceContext
 from tuner.space.mutators import DEFAULT_MUTATORS, MUTATORS, Mutator
 from tuner.space.mutators.base import structural_categoricals
 from tuner.space.postprocs import DEFAULT_POSTPROCS, POSTPROCS, Postproc
 from tuner.space.rules import DEFAULT_RULES, RULES, ScheduleRule
-from tuner.space.rules.base import VECTORIZE
+from tuner.space.rules.base import PARALLEL, UNROLL, VECTORIZE
 from tuner.trace.errors import TraceError
+from tuner.trace.forced import signature
 from tuner.trace.instruction import RV
 from tuner.trace.trace import Trace
-from tuner.trace.traced_schedule import TracedSchedule, signature
+from tuner.trace.traced_schedule import TracedSchedule
 
 MARKER = "loomtune.postprocs"
 """The block annotation that separates a trace's rule part from its postprocessor part."""
@@ -126,8 +127,8 @@ class RuleSpace:
                 continue
             try:
                 if mutator.rederives:
-                    return self.rederive(changed, rng)
-                return self.complete(changed, rederive_rng=rng)
+                    return self.rederive(changed, rng, source=rules)
+                return self.complete(changed, rederive_rng=rng, source=rules)
             except SpaceRejected:
                 continue
         return None
@@ -170,33 +171,44 @@ class RuleSpace:
         """
         return self._programs.get(trace.hash)
 
-    def complete(self, rules: Trace, rederive_rng: random.Random | None = None) -> Trace:
+    def complete(
+        self,
+        rules: Trace,
+        rederive_rng: random.Random | None = None,
+        source: Trace | None = None,
+    ) -> Trace:
         """Replay a rule part (every decision given) and postprocess it.
 
         With `rederive_rng`, a rule part that replays but whose root nests are no longer
-        the ones the rules annotated is re-derived instead (`rederive`): moving a block
-        can add or remove a nest, and a replayed mutant left the new nest without its
-        vectorize and unroll annotations, which stalled the search on such programs.
+        the ones the rules annotated is re-derived instead (`rederive`, with `source`):
+        moving a block can add or remove a nest, and a replayed mutant left the new nest
+        without its vectorize and unroll annotations, which stalled the search on such
+        programs.
         """
         try:
             sch = rules.apply(self.program)
         except (ScheduleError, TraceError) as e:
             raise SpaceRejected(str(e)) from None
         if rederive_rng is not None and not nests_annotated(sch.program, rules):
-            return self.rederive(rules, rederive_rng)
+            return self.rederive(rules, rederive_rng, source=source)
         return self.finish(sch)
 
-    def rederive(self, rules: Trace, rng: random.Random) -> Trace:
+    def rederive(self, rules: Trace, rng: random.Random, source: Trace | None = None) -> Trace:
         """Run the rules again taking the decisions of a rule part in order: a complete trace.
 
         Unlike `complete`, which replays the recorded instructions, this follows a
         changed structural choice (the rules decide which instructions come after
         it) and fits another shape's decisions to this program (each repaired where
         it no longer fits). Decisions past the point where the derivation differs
-        are sampled from `rng`.
+        are sampled from `rng`. A root annotation's decision (parallel extent, unroll
+        depth) goes to the nest it was for, found in the program `source` makes: the rule
+        part `rules` was changed from (its changed decision may have moved a block to a
+        nest of its own, so `rules` itself no longer tells), or `rules`.
         """
+        same = source is not None and source.instructions == rules.instructions
+        subjects = self.nest_subjects(source if same else rules)  # type: ignore[arg-type]
         forced = [
-            (signature(inst), rules.decisions.get(i))
+            (signature(inst), rules.decisions.get(i), subjects.get(i))
             for i, inst in enumerate(rules.instructions)
             if inst.is_sampling
         ]
@@ -206,6 +218,30 @@ class RuleSpace:
         except (ScheduleError, TraceError) as e:
             raise SpaceRejected(f"a rule was refused: {e}") from None
         return self.finish(sch)
+
+    def nest_subjects(self, rules: Trace) -> dict[int, tuple[str, str]]:
+        """The categoricals of a rule part that a root annotation (parallel extent, unroll
+        depth) takes, by (key, the nest's subject) in the program the rule part makes:
+        re-derived, a nest keeps its own even where another nest comes before it (a
+        packed weight moved to a nest of its own). Empty where the part does not replay."""
+        try:
+            program = rules.apply(self.program, rng=random.Random(0), repair=True).program
+        except (ScheduleError, TraceError, RecursionError):
+            return {}
+        nest_of = {name: nest_subject(names) for names in root_nests(program) for name in names}
+        blocks: dict[str, str] = {}
+        made_by = {out: i for i, inst in enumerate(rules.instructions) for out in inst.outputs}
+        out: dict[int, tuple[str, str]] = {}
+        for inst in rules.instructions:
+            if inst.kind == "get_block":
+                blocks[inst.outputs[0]] = inst.attr("name")
+            elif inst.kind == "annotate" and inst.attr("key") in (PARALLEL, UNROLL):
+                block, value = inst.inputs[0], inst.inputs[1]
+                if isinstance(block, RV) and isinstance(value, RV):
+                    name = blocks.get(block.name)
+                    if name in nest_of and value.name in made_by:
+                        out[made_by[value.name]] = (inst.attr("key"), nest_of[name])
+        return out
 
     def variants(self, trace: Trace, rng: random.Random) -> list[Trace]:
         """`trace` with one structural choice changed, for each choice and each other value.
@@ -224,7 +260,7 @@ class RuleSpace:
                 if value == rules.decisions.get(i):
                     continue
                 try:
-                    out.append(self.rederive(rules.with_decision(i, value), rng))
+                    out.append(self.rederive(rules.with_decision(i, value), rng, source=rules))
                 except SpaceRejected:
                     continue
         return out

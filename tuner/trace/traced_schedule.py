@@ -11,19 +11,13 @@ Every sampling call takes `decision=`: given, it is replayed (strictly, or
 repaired when the schedule was made with `repair=True`); absent, it is sampled
 from the `rng` passed in (never the global random module).
 
-A schedule made with `forced=` re-derives an earlier trace: the rules run
-again and each sampling call takes the next forced decision (repaired where
-it no longer fits) instead of its own, for as long as the calls come in the
-order and with the signatures (`signature`) the forced ones were recorded
-with. At the first call that differs (a changed structural choice added or
-removed sampling calls) forcing stops and the rest is sampled.
+A schedule made with `forced=` re-derives an earlier trace (`tuner.trace.forced`).
 """
 
 from __future__ import annotations
 
 import random
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +34,7 @@ from ir.schedule.state import (
 )
 from tuner.trace import sampling
 from tuner.trace.errors import TraceError
+from tuner.trace.forced import Forced, ForcedDecisions
 from tuner.trace.instruction import KINDS, RV, Instruction
 
 ROOT = "<root>"
@@ -69,21 +64,6 @@ class IntRV(int):
         return obj
 
 
-Signature = tuple[Any, ...]
-"""What a sampling call must match to take a forced decision: its kind and the size of its choice."""
-
-
-def signature(inst: Instruction) -> Signature:
-    """The signature of a recorded sampling instruction (what `forced` decisions are matched by)."""
-    if inst.kind == "sample_perfect_tile":
-        return (inst.kind, inst.attr("n"))
-    if inst.kind == "sample_categorical":
-        return (inst.kind, len(inst.attr("candidates")))
-    if inst.kind == "sample_loop":
-        return (inst.kind, len(inst.inputs[0]))
-    return (inst.kind,)
-
-
 class TracedSchedule:
     def __init__(
         self,
@@ -91,12 +71,12 @@ class TracedSchedule:
         *,
         rng: random.Random | None = None,
         repair: bool = False,
-        forced: Iterable[tuple[Signature, Any]] = (),
+        forced: Iterable[Forced] = (),
     ) -> None:
         self.sch = Schedule(program)
         self.rng = rng
         self.repair = repair
-        self._forced: deque[tuple[Signature, Any]] = deque(forced)
+        self._forced = ForcedDecisions(forced)
         self.instructions: list[Instruction] = []
         self.decisions: dict[int, Any] = {}
         self._counter = 0
@@ -362,14 +342,6 @@ class TracedSchedule:
 
     # -- sampling ------------------------------------------------------------------
 
-    def _take(self, sig: Signature, decision: Any) -> tuple[Any, bool]:
-        """The next forced decision when this call matches it (and whether it was forced)."""
-        if self._forced:
-            if self._forced[0][0] == sig:
-                return self._forced.popleft()[1], True
-            self._forced.clear()  # the derivation took another path: sample the rest
-        return decision, False
-
     def _need_rng(self, kind: str) -> random.Random:
         if self.rng is None:
             raise TraceError(
@@ -394,7 +366,7 @@ class TracedSchedule:
         if not isinstance(lp.extent, Const):
             raise ScheduleError(f"loop {loop_name(loop)}: extent is not a constant; cannot tile it")
         extent = int(lp.extent.value)
-        decision, forced = self._take(("sample_perfect_tile", n), decision)
+        decision, forced = self._forced.take(("sample_perfect_tile", n), decision)
         fits, draw = (
             (sampling.cover_tile_fits, sampling.sample_cover_tile)
             if cover
@@ -438,11 +410,12 @@ class TracedSchedule:
         decision: Any,
         *,
         allow_bool: bool = True,
+        subject: Hashable | None = None,
     ) -> int:
         """The index a categorical sampler takes: drawn, or the decision checked (repaired on replay with repair)."""
         if count != len(probabilities) or not count:
             raise TraceError(f"{kind} needs as many probabilities as {what} (at least one)")
-        decision, forced = self._take((kind, count), decision)
+        decision, forced = self._forced.take((kind, count), decision, subject)
         if decision is None:
             return sampling.sample_categorical(self._need_rng(kind), probabilities)
         index = decision
@@ -460,10 +433,22 @@ class TracedSchedule:
         return index
 
     def sample_categorical(
-        self, candidates: Sequence[int], probabilities: Sequence[float], decision: int | None = None
+        self,
+        candidates: Sequence[int],
+        probabilities: Sequence[float],
+        decision: int | None = None,
+        *,
+        subject: Hashable | None = None,
     ) -> IntRV:
+        """One of `candidates`. `subject` (not recorded) names what the value is for, so a
+        re-derivation gives it the decision forced for that subject (`Forced`)."""
         index = self._choice(
-            "sample_categorical", "candidates", len(candidates), probabilities, decision
+            "sample_categorical",
+            "candidates",
+            len(candidates),
+            probabilities,
+            decision,
+            subject=subject,
         )
         attrs = {"candidates": tuple(candidates), "probabilities": tuple(probabilities)}
         return self._record(
@@ -499,7 +484,7 @@ class TracedSchedule:
     def sample_compute_location(self, block: BlockRV, decision: int | None = None) -> LoopRef:
         """A loop to compute `block` at; decision -1 is the root (stay), -2 inline."""
         cands = self.compute_location_candidates(block)
-        decision, forced = self._take(("sample_compute_location",), decision)
+        decision, forced = self._forced.take(("sample_compute_location",), decision)
         if decision is None:
             rng = self._need_rng("sample_compute_location")
             index = rng.randrange(-2, len(cands))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tuner.space.analysis import root_nests
+from tuner.space.analysis import nest_subject, root_nests
 from tuner.space.context import SpaceContext
 from tuner.space.rules.base import PARALLEL, RULES, UNROLL, VECTORIZE, ScheduleRule
 from tuner.trace.traced_schedule import TracedSchedule
@@ -48,12 +48,21 @@ class ParallelVectorizeUnroll(ScheduleRule):
             if not names:
                 continue
             b = sch.get_block(names[0])
+            nest = nest_subject(names)
             if ctx.threads > 1:
                 extents = [ctx.threads * f for f in self.parallel_factors]
                 sch.annotate(
-                    b, PARALLEL, sch.sample_categorical(extents, self.parallel_probabilities)
+                    b,
+                    PARALLEL,
+                    sch.sample_categorical(
+                        extents, self.parallel_probabilities, subject=(PARALLEL, nest)
+                    ),
                 )
             sch.annotate(b, VECTORIZE, ctx.max_vector_extent if self.vectorize else 0)
             sch.annotate(
-                b, UNROLL, sch.sample_categorical(self.unroll_depths, self.unroll_probabilities)
+                b,
+                UNROLL,
+                sch.sample_categorical(
+                    self.unroll_depths, self.unroll_probabilities, subject=(UNROLL, nest)
+                ),
             )
