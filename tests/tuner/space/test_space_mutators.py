@@ -14,7 +14,8 @@ from ir.target import Target
 from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct, odd_task
 from tuner.space import MUTATORS, SpaceContext, default_space
 from tuner.space.mutators.base import annotated_categoricals, structural_categoricals
-from tuner.space.rules import PARALLEL, UNROLL
+from tuner.space.rules import DEFAULT_RULES, PARALLEL, UNROLL
+from tuner.space.rules.multi_level_tiling import MultiLevelTiling
 from tuner.space.rules.parallel_vectorize_unroll import ParallelVectorizeUnroll
 from tuner.trace.instruction import RV
 from tuner.trace.trace import Trace
@@ -149,7 +150,9 @@ def test_a_structural_mutation_is_re_derived_keeping_the_other_decisions() -> No
     """Flipping matmul's pack choice adds or drops the packing (and its copy's split and
     loop annotations), keeps every tile size, and compiles to a correct kernel."""
     task = odd_task("matmul")
-    space = default_space(task.program, AVX2_2_THREADS)
+    tiling = MultiLevelTiling(columns_first_probability=0)  # the pack its only choice
+    rules = [tiling if r == "multi-level-tiling" else r for r in DEFAULT_RULES]
+    space = default_space(task.program, AVX2_2_THREADS, rules=rules)
     mutator = MUTATORS.create("structure")
     assert mutator.rederives
     flips = 0

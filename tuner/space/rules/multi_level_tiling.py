@@ -11,7 +11,8 @@ and the pieces are ordered
 
 so S3 is a register tile (its last loop is vectorized, the others unrolled by
 the postprocessors), S2 x R1 a cache tile, and S0 x S1 the outer, parallel
-work. The innermost factor of the last spatial loop (the vector axis) is at
+work. A sampled choice puts S0's column tile first (j0 i0 | ...), so each column
+block of the weight is read (and packed) once for all row tiles. The innermost factor of the last spatial loop (the vector axis) is at
 most 4 vector registers' worth; the others at most `max_innermost_factor` (16:
 the accumulator budget below is the real bound; 12 rows x 32 columns is
 AVX-512's best matmul tile); a reduction's inner factor at most
@@ -100,6 +101,7 @@ class MultiLevelTiling(ScheduleRule):
         prefetch_distances: Sequence[int] = (0, 2, 4, 8),
         prefetch_probabilities: Sequence[float] = (0.4, 0.2, 0.2, 0.2),
         k_outer_probability: float = 0.25,
+        columns_first_probability: float = 0.25,
     ) -> None:
         if set(structure) != {"S", "R"}:
             raise ValueError(f"tiling structure {structure!r} must use both S and R levels")
@@ -115,6 +117,7 @@ class MultiLevelTiling(ScheduleRule):
         self.prefetch_distances = list(prefetch_distances)
         self.prefetch_probabilities = list(prefetch_probabilities)
         self.k_outer_probability = k_outer_probability
+        self.columns_first_probability = columns_first_probability
 
     @staticmethod
     def applies(program: Program, block: str) -> bool:
@@ -169,7 +172,8 @@ class MultiLevelTiling(ScheduleRule):
         # 2. a sampled choice: pack the weight into panels as wide as the vector tile
         pack = self._maybe_pack(sch, b, r, vector_axis, tiles[vector_axis][-1])
 
-        # 3. split and reorder S0 S1 R0 S2 R1 S3
+        # 3. split and reorder S0 S1 R0 S2 R1 S3 (S0's column tile first, if so drawn)
+        columns_first = self._maybe_columns_first(sch, r, roles, vector_axis)
         parts = [sch.split(lp, f) for lp, f in zip(loops, tiles)]
         groups: list[tuple[str, list[LoopRef]]] = []
         seen = {"S": 0, "R": 0}
@@ -186,6 +190,9 @@ class MultiLevelTiling(ScheduleRule):
                     ],
                 )
             )
+        if columns_first:
+            column = parts[vector_axis][0]
+            groups[0] = ("S", [column, *(lp for lp in groups[0][1] if lp is not column)])
         order = [lp for _, g in groups for lp in g]
         if len(order) > 1:
             sch.reorder(*order)
@@ -233,6 +240,29 @@ class MultiLevelTiling(ScheduleRule):
         if p <= 0 or not all(isinstance(e, Const) for e in extents):
             return False
         if math.prod(int(e.value) for e in extents) <= self.max_reduce_factor:  # type: ignore[union-attr]
+            return False
+        return int(sch.sample_categorical([0, 1], [1 - p, p])) == 1
+
+    def _maybe_columns_first(
+        self, sch: TracedSchedule, r: BlockRealize, roles: Sequence[str], vector_axis: int
+    ) -> bool:
+        """A sampled choice: the outermost level walks the weight's column tiles first.
+
+        With few rows (dense and BERT's matmuls, M = 128) the weight is the large
+        operand; rows first, each row tile streams all of it from memory, or packs all
+        of it up front and reads the packed copy back per row tile. Columns first,
+        each column block of the weight is read once (packed under its loop while in
+        cache) and every row tile uses it, as OpenBLAS's outer jc loop does. Offered
+        where the block reads a weight and a spatial axis before the column axis has
+        more than one iteration.
+        """
+        p = self.columns_first_probability
+        rows = [
+            int(lp.extent.value)  # type: ignore[attr-defined]
+            for k, (lp, role) in enumerate(zip(loops_above(sch.program, r.block.name), roles))
+            if role == "spatial" and k < vector_axis
+        ]
+        if p <= 0 or max(rows, default=1) <= 1 or _weight(sch.program, r, vector_axis) is None:
             return False
         return int(sch.sample_categorical([0, 1], [1 - p, p])) == 1
 
