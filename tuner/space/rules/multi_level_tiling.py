@@ -11,9 +11,10 @@ and the pieces are ordered
 
 so S3 is a register tile (its last loop is vectorized, the others unrolled by
 the postprocessors), S2 x R1 a cache tile, and S0 x S1 the outer, parallel
-work. A sampled choice puts S0's column tile first (j0 i0 | ...), so each column
-block of the weight is read (and packed) once for all row tiles. The innermost factor of the last spatial loop (the vector axis) is at
-most 4 vector registers' worth; the others at most `max_innermost_factor` (16:
+work. A sampled choice puts S0's column tile first (j0 i0 | ...), so each
+column block of the weight is read (and packed) once for all row tiles. The
+innermost factor of the last spatial loop (the vector axis) is at most 4
+vector registers' worth; the others at most `max_innermost_factor` (16:
 the accumulator budget below is the real bound; 12 rows x 32 columns is
 AVX-512's best matmul tile); a reduction's inner factor at most
 `max_reduce_factor` (256: the hand kernel's k-block, whose A strip fits L1).
