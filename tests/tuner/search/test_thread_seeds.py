@@ -10,13 +10,14 @@ from ir.serialize import structural_hash
 from ir.task import library_task
 from service.db.schema import ensure_schema
 from service.db.store import SQLDatabase
+from tests.tuner.space.spacecheck import unrolls_by_nest
 from tuner.search.evolutionary import EvolutionaryConfig, EvolutionaryStrategy, parallel_balance
 from tuner.search.loop import make_record
 from tuner.search.strategy import SearchContext
 from tuner.simulated import SimulatedRunner
 from tuner.space import default_space
 from tuner.space.mutators.base import annotated_categoricals
-from tuner.space.rules.base import PARALLEL, UNROLL
+from tuner.space.rules.base import PARALLEL
 from tuner.space.space import RuleSpace
 from tuner.trace.trace import Trace
 
@@ -27,15 +28,6 @@ def _tiles(trace: Trace) -> list[Any]:
         for i, x in enumerate(trace.instructions)
         if x.kind == "sample_perfect_tile"
     ]
-
-
-def _unrolls_by_nest(space: RuleSpace, rules: Trace) -> dict[str, Any]:
-    """Each top-level nest's unroll decision, by the nest's subject (its last block)."""
-    return {
-        nest: rules.decisions[i]
-        for i, (key, nest) in space.nest_subjects(rules).items()
-        if key == UNROLL
-    }
 
 
 def test_a_second_thread_count_first_measures_the_first_ones_bests_rethreaded(
@@ -69,10 +61,10 @@ def test_a_second_thread_count_first_measures_the_first_ones_bests_rethreaded(
     assert best is not None and not annotated_categoricals(best, PARALLEL)  # 1 thread
     from_best = [t for t in warm.seeds if _tiles(t) == _tiles(best)]
     assert from_best[0] == first[0]
-    kept = _unrolls_by_nest(space1, best)
+    kept = unrolls_by_nest(space1, best)
     assert kept
     for t in from_best:  # its tiles kept, and each nest's unroll depth, wherever it now is
-        mine = _unrolls_by_nest(space, RuleSpace.rule_part(t))  # type: ignore[arg-type]
+        mine = unrolls_by_nest(space, RuleSpace.rule_part(t))  # type: ignore[arg-type]
         assert {n: mine.get(n) for n in kept} == kept, (mine, kept)
     # the best re-derived with each parallel extent chosen for 2 threads: one trace per
     # program, the best balanced first (a serial one only when nothing runs in parallel)

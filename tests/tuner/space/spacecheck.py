@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from codegen.kernel import compile_program
 from ir.target import Target
 from ir.task import Task, library_task
 from tuner.space import DesignSpace, SpaceRejected
+from tuner.space.rules.base import UNROLL
+from tuner.space.space import RuleSpace
 from tuner.trace.trace import Trace
 from workers.verify import empty_outputs, verify
 
@@ -104,3 +107,12 @@ def samples(space: DesignSpace, rng: random.Random, count: int, max_tries: int) 
             continue
     assert len(out) == count, f"only {len(out)} of {count} samples accepted in {max_tries} draws"
     return out
+
+
+def unrolls_by_nest(space: RuleSpace, rules: Trace) -> dict[str, Any]:
+    """Each top-level nest's unroll decision in a rule part, by the nest's subject."""
+    return {
+        nest: rules.decisions[i]
+        for i, (key, nest) in space.nest_subjects(rules).items()
+        if key == UNROLL
+    }

@@ -6,21 +6,12 @@ from __future__ import annotations
 import random
 
 from ir.task import library_task
-from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct
+from tests.tuner.space.spacecheck import AVX2_2_THREADS, check_correct, unrolls_by_nest
 from tuner.space import default_space
 from tuner.space.analysis import root_nests
 from tuner.space.rules import UNROLL
-from tuner.space.space import RuleSpace
 from tuner.trace.trace import Trace
 from tuner.trace.traced_schedule import TracedSchedule
-
-
-def _unrolls_by_nest(space: RuleSpace, rules: Trace) -> dict[str, int]:
-    return {
-        nest: rules.decisions[i]
-        for i, (key, nest) in space.nest_subjects(rules).items()
-        if key == UNROLL
-    }
 
 
 def _placed(rules: Trace) -> list[int]:
@@ -52,7 +43,7 @@ def test_a_block_moved_to_a_nest_of_its_own_leaves_the_kernel_its_unroll_depth()
             trace = space.complete(moved, rederive_rng=random.Random(0), source=source)
             after = root_nests(trace.apply(task.program).program)
             assert len(after) == 2 and after[-1][-1] == kernel, after
-            got = _unrolls_by_nest(space, space.rule_part(trace))  # type: ignore[arg-type]
+            got = unrolls_by_nest(space, space.rule_part(trace))  # type: ignore[arg-type]
             assert got[kernel] == depth, (got, depth)
         check_correct(task, trace, AVX2_2_THREADS)
         checked += 1

@@ -174,7 +174,7 @@ class MultiLevelTiling(ScheduleRule):
         pack = self._maybe_pack(sch, b, r, vector_axis, tiles[vector_axis][-1])
 
         # 3. split and reorder S0 S1 R0 S2 R1 S3 (S0's column tile first, if so drawn)
-        columns_first = self._maybe_columns_first(sch, r, roles, vector_axis)
+        columns_first = self._maybe_columns_first(sch, r, fors, roles, vector_axis)
         parts = [sch.split(lp, f) for lp, f in zip(loops, tiles)]
         groups: list[tuple[str, list[LoopRef]]] = []
         seen = {"S": 0, "R": 0}
@@ -245,7 +245,12 @@ class MultiLevelTiling(ScheduleRule):
         return int(sch.sample_categorical([0, 1], [1 - p, p])) == 1
 
     def _maybe_columns_first(
-        self, sch: TracedSchedule, r: BlockRealize, roles: Sequence[str], vector_axis: int
+        self,
+        sch: TracedSchedule,
+        r: BlockRealize,
+        fors: Sequence[For],
+        roles: Sequence[str],
+        vector_axis: int,
     ) -> bool:
         """A sampled choice: the outermost level walks the weight's column tiles first.
 
@@ -260,7 +265,7 @@ class MultiLevelTiling(ScheduleRule):
         p = self.columns_first_probability
         rows = [
             int(lp.extent.value)  # type: ignore[attr-defined]
-            for k, (lp, role) in enumerate(zip(loops_above(sch.program, r.block.name), roles))
+            for k, (lp, role) in enumerate(zip(fors, roles))
             if role == "spatial" and k < vector_axis
         ]
         if p <= 0 or max(rows, default=1) <= 1 or _weight(sch.program, r, vector_axis) is None:
