@@ -1,4 +1,9 @@
-"""A compiled kernel called with numpy arrays, checked before any native code runs."""
+"""A compiled kernel called with numpy arrays, checked before any native code runs.
+
+A kernel that streams an input unpacked (`ir.schedule.shift`) is compiled once more for
+each offset of that input within a cache line it is called with: the variant's column
+tiles start on a line of the caller's array. The variants compute the same result.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from ir import dtype as dt
 from ir.errors import LoomtuneError
 from ir.lower import lower
 from ir.program import Program
+from ir.schedule.shift import ShiftRefused, Streamed, shift_tiles, streamed_input
 from ir.target import Target
 
 
@@ -38,7 +44,14 @@ class Kernel:
     """Native code for one program; call it with inputs then outputs (numpy arrays)."""
 
     def __init__(
-        self, program: Program, lowered: Program, module: CompiledModule, symbol: str
+        self,
+        program: Program,
+        lowered: Program,
+        module: CompiledModule,
+        symbol: str,
+        *,
+        target: Target | None = None,
+        loop_vectorize: bool = True,
     ) -> None:
         self.program = program
         self.lowered = lowered
@@ -48,8 +61,36 @@ class Kernel:
             ParamSpec(b.name, b.concrete_shape(), b.dtype, i >= len(program.inputs))
             for i, b in enumerate(program.params)
         )
-        cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * len(self.params)))
-        self._fn = cfunc(module.address(symbol))
+        self._cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * len(self.params)))
+        self._fn = self._cfunc(module.address(symbol))
+        self._target = target
+        self._loop_vectorize = loop_vectorize
+        self.streamed: Streamed | None = streamed_input(program) if target is not None else None
+        """The input whose offset picks the variant; None: one variant for every address."""
+        self._variants: dict[int, tuple[CompiledModule, object]] = {0: (module, self._fn)}
+
+    @property
+    def variant_shifts(self) -> tuple[int, ...]:
+        """The shifts (in elements) compiled so far; (0,) for a kernel with one variant."""
+        return tuple(sorted(self._variants))
+
+    def variant(self, ptrs: list[int]):
+        """The native function for arrays at `ptrs`: the variant whose tiles start on the
+        streamed input's lines (compiled on first use)."""
+        if self.streamed is None:
+            return self._fn
+        shift = self.streamed.shift_for(ptrs[self.streamed.param])
+        found = self._variants.get(shift)
+        if found is None:
+            try:
+                program = shift_tiles(self.program, self.streamed, shift)
+            except ShiftRefused:
+                found = self._variants[0]
+            else:
+                module = _compile_module(program, self._target, self.symbol, self._loop_vectorize)
+                found = (module, self._cfunc(module.address(self.symbol)))
+            self._variants[shift] = found
+        return found[1]
 
     @property
     def ir_text(self) -> str:
@@ -83,7 +124,8 @@ class Kernel:
         return ptrs
 
     def __call__(self, *arrays: np.ndarray) -> None:
-        rc = self._fn(*self.check(arrays))
+        ptrs = self.check(arrays)
+        rc = self.variant(ptrs)(*ptrs)
         if rc == AMX_DENIED:
             raise KernelRuntimeError(
                 f"kernel {self.symbol} uses AMX tiles, which the operating system did not permit "
@@ -95,7 +137,7 @@ class Kernel:
     def bind_call(self, *arrays: np.ndarray):
         """A zero-argument callable with the arguments checked once (for timing loops)."""
         ptrs = self.check(arrays)
-        fn = self._fn
+        fn = self.variant(ptrs)
         keepalive = (self, arrays)  # the machine code and the arrays must outlive the callable
 
         def call() -> int:
@@ -112,10 +154,24 @@ def compile_program(
     symbol: str | None = None,
     loop_vectorize: bool = True,
 ) -> Kernel:
-    """Lower, emit LLVM IR, optimise (O3, target CPU) and JIT; cached by the IR text."""
+    """Lower, emit LLVM IR, optimise (O3, target CPU) and JIT; cached by the IR text. The
+    variants for a streamed input's other offsets are compiled when first called for."""
     target = target or host_target()
     symbol = symbol or program.name
     lowered = lower(program)
+    module = _compile_lowered(lowered, target, symbol, loop_vectorize)
+    return Kernel(program, lowered, module, symbol, target=target, loop_vectorize=loop_vectorize)
+
+
+def _compile_module(
+    program: Program, target: Target, symbol: str, loop_vectorize: bool
+) -> CompiledModule:
+    return _compile_lowered(lower(program), target, symbol, loop_vectorize)
+
+
+def _compile_lowered(
+    lowered: Program, target: Target, symbol: str, loop_vectorize: bool
+) -> CompiledModule:
     text = emit_module(
         lowered,
         symbol,
@@ -123,5 +179,4 @@ def compile_program(
         vector_bits=target.vector_bits,
         features=target.features,
     )
-    module = compile_ir(text, target, loop_vectorize=loop_vectorize)
-    return Kernel(program, lowered, module, symbol)
+    return compile_ir(text, target, loop_vectorize=loop_vectorize)

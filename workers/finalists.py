@@ -71,7 +71,7 @@ def select_fastest(
     (with its message); None when none is left. A single record is returned
     without timing. Like a candidate (`workers.measure`), each is timed at every offset of
     `ir.arrays.TIMED_OFFSETS`, there on `FINAL_SETS` sets, and ranked by the slower offset's
-    median; it is verified on the first set; a model
+    median; it is verified on each offset's first set; a model
     task's is timed without what only rearranges its constants (`workers.prepacked`), and
     the kernel returned is still the whole program's.
     """
@@ -79,6 +79,7 @@ def select_fastest(
     sets = [(off, i) for off in TIMED_OFFSETS for i in range(FINAL_SETS)]
     inputs = {s: [copy_at_offset(a, s[0]) for a in made] for s in sets}
     first = sets[0]
+    checked = [s for s in sets if s[1] == 0]  # each offset's variant (`codegen.kernel`)
     with limit_numpy_threads(target.num_threads):
         refs = task.reference(made)
     kernels: list[tuple[TuningRecord, Kernel, dict, dict, Program]] = []
@@ -102,11 +103,19 @@ def select_fastest(
             if prologue is not None and packer is not None:
                 packed = run_prologue(packer, prologue, task, inputs[first])
                 args = {o: main_arguments(task, main, a, packed) for o, a in inputs.items()}
-            kernel(*args[first], *outputs[first])
+            for s in checked:
+                kernel(*args[s], *outputs[s])
         except LoomtuneError as e:  # e.g. a scratch allocation that fails here
             dropped.append(Finalist(record, None, str(e)))
             continue
-        wrong = verify(outputs[first], refs, task.output_names, task.reduction_length)
+        wrong = next(
+            (
+                w
+                for s in checked
+                if (w := verify(outputs[s], refs, task.output_names, task.reduction_length))
+            ),
+            None,
+        )
         if wrong is not None:
             dropped.append(Finalist(record, None, wrong))
             continue

@@ -89,7 +89,8 @@ class Measurer:
     and 0, where models' and PyTorch's do), interleaved, and its time is the
     slowest offset's: the search picks kernels whose speed holds on the arrays
     users pass, and a time does not depend on where this process's allocator
-    put its buffers. It is verified on the first offset's arrays.
+    put its buffers. It is verified at every offset: a kernel streaming an input
+    runs a variant per offset of it (`codegen.kernel`).
 
     A candidate whose first repeats put it within `confirm_within` of the best
     this process has timed for its task gets `confirm_repeat` more: the search
@@ -153,6 +154,15 @@ class Measurer:
         merged = [Timing(t.times_ms + m.times_ms, t.number) for t, m in zip(timings, more)]
         return merged, self.confirm_repeat
 
+    def _wrong(self, task: Task, prepared: _Prepared, outputs: dict) -> str | None:
+        """Why an offset's outputs are wrong (the first such offset), or None."""
+        for o in self.offsets:
+            reason = verify(outputs[o], prepared.refs, task.output_names, task.reduction_length)
+            if reason is not None:
+                where = "" if o == self.offsets[0] else f" (arrays {o} bytes past a line)"
+                return reason + where
+        return None
+
     def measure(
         self, task: Task, target: Target, trace: Trace, config: MeasureConfig = TUNING_CONFIG
     ) -> MeasureResult:
@@ -190,7 +200,7 @@ class Measurer:
                 features=target.features,
             )
             t3 = time.perf_counter()
-            kernel = Kernel(main, lowered, compile_ir(text, target), main.name)
+            kernel = Kernel(main, lowered, compile_ir(text, target), main.name, target=target)
             packer = compile_program(prologue, target) if prologue is not None else None
         except LoomtuneError as e:
             return self._fail(
@@ -224,7 +234,8 @@ class Measurer:
             if prologue is not None and packer is not None:  # once, untimed: as at a model's load
                 packed = run_prologue(packer, prologue, task, prepared.inputs[first])
                 args = {o: main_arguments(task, main, a, packed) for o, a in args.items()}
-            kernel(*args[first], *outputs[first])
+            for o in self.offsets:  # each offset may run its own variant (codegen.kernel)
+                kernel(*args[o], *outputs[o])
         except MemoryError:
             return self._fail(
                 "runtime_error",
@@ -236,7 +247,7 @@ class Measurer:
         out0 = outputs[first][0]
         if fault == "corrupt":
             out0.reshape(-1)[0] += 1.0 if np.issubdtype(out0.dtype, np.floating) else 1
-        reason = verify(outputs[first], prepared.refs, task.output_names, task.reduction_length)
+        reason = self._wrong(task, prepared, outputs)
         if reason is not None:
             return self._fail("wrong_result", reason, compile_ms)
         t5 = time.perf_counter()

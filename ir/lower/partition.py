@@ -17,6 +17,11 @@ When such a guard wraps everything a loop does, the iterations for which it
 holds for no inner value are dead and are dropped first: a tile that covers
 1000 columns with 2 x 16 x 48 keeps, in its last 768-column strip, one 48-wide
 tile of which 40 columns are live, not 16 tiles of which 15 only test the guard.
+
+A lower-bound guard `c * v + rest >= 0` (tiles shifted to start before the data, see
+`ir.schedule.shift`) is the mirror image: the iterations before it holds for any inner
+value are dropped, and the loop is split where it starts holding for every one, so only
+a leading part keeps the guard.
 """
 
 from __future__ import annotations
@@ -55,7 +60,20 @@ def _part(s: Stmt, env: Ranges) -> Stmt:
                     else None
                 )
                 return seq() if shorter is None else _part(shorter, env)
+            dead = _dead_head(s.body, s.var, ranges)
+            if dead:
+                later = substitute(s.body, {s.var: s.var + dead})
+                shorter = (
+                    simplify_stmt(
+                        For(s.var, Const(n - dead, "int64"), s.kind, later, s.annotations), env
+                    )  # type: ignore[arg-type]
+                    if dead < n
+                    else None
+                )
+                return seq() if shorter is None else _part(shorter, env)
             t = _split_point(s, ranges)
+            if t is None or not 0 < t < n:
+                t = _start_point(s, ranges)
             if t is not None and 0 < t < n and s.kind == "parallel":
                 return _split_inside(s, t, env)
             if t is not None and 0 < t < n:
@@ -161,25 +179,80 @@ def _conjuncts(e: Expr) -> list[Expr]:
     return [e]
 
 
-def _guard_limit(cond: Expr, var: Var, ranges: Ranges, *, lowest: bool = False) -> int | None:
-    """Iterations v (from 0) of an upper-bound guard `c * v + rest < N`: those for which it
-    holds for every value of `rest`, or (lowest) for at least one."""
-    if not isinstance(cond, Binary) or cond.op not in ("lt", "le") or not dt.is_int(cond.a.dtype):
+def _dead_head(s: Stmt, var: Var, ranges: Ranges) -> int:
+    """Leading iterations that can do nothing, when every store of `s` is under a guard on
+    `var` that holds only from some iteration on (a lower bound): 0 when there is none."""
+    if isinstance(s, SeqStmt):
+        heads = [_dead_head(x, var, ranges) for x in s.stmts]
+        return min(heads, default=0)
+    if isinstance(s, For | Allocate):
+        return _dead_head(s.body, var, ranges)
+    if isinstance(s, IfThenElse) and s.else_case is None:
+        starts = [_guard_start(c, var, ranges, lowest=True) for c in _conjuncts(s.cond)]
+        starts.append(_dead_head(s.then_case, var, ranges))
+        return max((t for t in starts if t is not None), default=0)
+    return 0
+
+
+def _start_point(loop: For, ranges: Ranges) -> int | None:
+    """The first iteration from which every lower-bound guard on `loop` holds."""
+    starts = [
+        _guard_start(cond, loop.var, ranges)
+        for n in _statements(loop.body)
+        if isinstance(n, IfThenElse)
+        for cond in _conjuncts(n.cond)
+    ]
+    known = [t for t in starts if t is not None]
+    return max(known) if known else None
+
+
+def _bound_form(cond: Expr, var: Var, ranges: Ranges) -> tuple[int, int, int, bool] | None:
+    """A guard as `c * var + rest < 0` (strict) or `<= 0`: (c, rest's least and greatest
+    values, strict), or None when it is no such linear guard."""
+    if not isinstance(cond, Binary) or cond.op not in ("lt", "le", "gt", "ge"):
         return None
-    lin = linear_form(cond.a - cond.b)
+    if not dt.is_int(cond.a.dtype):
+        return None
+    diff = cond.a - cond.b if cond.op in ("lt", "le") else cond.b - cond.a
+    lin = linear_form(diff)
     if lin is None:
         return None
     terms, const = lin
     c = terms.pop(var, 0)
-    if c <= 0 or any(var in walk(atom) for atom in terms):
+    if c == 0 or any(var in walk(atom) for atom in terms):
         return None
-    hi = const
+    lo = hi = const
     for atom, coeff in terms.items():
         rng = bound(atom, ranges)
         if rng is None:
             return None
-        pick = min if lowest else max
-        hi += pick(coeff * rng[0], coeff * rng[1])
-    # c * v + hi < 0 (lt) or <= 0 (le)  <=>  v < (-hi) / c  (resp. v <= -hi / c)
-    limit = -hi if cond.op == "le" else -hi - 1
+        lo += min(coeff * rng[0], coeff * rng[1])
+        hi += max(coeff * rng[0], coeff * rng[1])
+    return c, lo, hi, cond.op in ("lt", "gt")
+
+
+def _guard_limit(cond: Expr, var: Var, ranges: Ranges, *, lowest: bool = False) -> int | None:
+    """Iterations v (from 0) of an upper-bound guard `c * v + rest < N`: those for which it
+    holds for every value of `rest`, or (lowest) for at least one."""
+    form = _bound_form(cond, var, ranges)
+    if form is None or form[0] < 0:
+        return None
+    c, lo, hi, strict = form
+    rest = lo if lowest else hi
+    # c * v + rest < 0 (strict) or <= 0  <=>  v < -rest / c  (resp. v <= -rest / c)
+    limit = -rest - 1 if strict else -rest
     return max(0, limit // c + 1)
+
+
+def _guard_start(cond: Expr, var: Var, ranges: Ranges, *, lowest: bool = False) -> int | None:
+    """The first iteration v of a lower-bound guard `rest >= c * v` from which it holds for
+    every value of `rest`, or (lowest) for at least one."""
+    form = _bound_form(cond, var, ranges)
+    if form is None or form[0] > 0:
+        return None
+    c, lo, hi, strict = form
+    rest = lo if lowest else hi
+    a = -c
+    # rest - a * v < 0 (strict) or <= 0  <=>  v > rest / a  (resp. v >= rest / a)
+    start = rest // a + 1 if strict else -(-rest // a)
+    return max(0, start)
