@@ -239,23 +239,24 @@ def test_result_validation_is_422_naming_the_field(api: Api) -> None:
 
 
 def test_a_heartbeat_keeps_leases_alive(database_url: str) -> None:
-    """Real time: a 1 s lease survives 1.6 s when the worker heartbeats in between, and ends without."""
-    api, client = make_api(database_url, lease_seconds=1.0)
+    """Real time: a 3 s lease survives 3.6 s when the worker heartbeats in between, and ends
+    without (margins of over a second: a loaded CI machine took 0.4 s for a request)."""
+    api, client = make_api(database_url, lease_seconds=3.0)
     with client:
         _, worker, _, ids, wid = _setup(api, candidates=2)
         _lease(api, worker, wid, 2)
-        time.sleep(0.6)
+        time.sleep(1.8)
         assert (
             api.call("POST", f"/v1/workers/{wid}/heartbeat", worker).json()["leases_extended"] == 2
         )
-        time.sleep(0.6)
+        time.sleep(1.8)
         assert (
             api.call(
                 "POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[0])]}
             ).status_code
             == 200
         )
-        time.sleep(1.1)
+        time.sleep(3.3)
         assert (
             api.call(
                 "POST", f"/v1/workers/{wid}/results", worker, json={"results": [result(ids[1])]}
