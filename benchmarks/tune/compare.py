@@ -154,6 +154,8 @@ def compare(
         "aligned": [t.median_ms for t in aligned_t],
     }
     out["gap_offsets"] = [[offset_of(a) for a in (*ins, *outs)] for ins, outs in sets]
+    # the shifts of a streamed weight's tiles the kernel ran with (`ir.schedule.shift`)
+    out["variant_shifts"] = list(getattr(kernel, "variant_shifts", (0,)))
     timings["aligned"] = aligned_t[0]
     out["aligned_ms"] = statistics.median(out["placements_ms"]["aligned"])
     out["align_gap"] = paired_gap(user_t, aligned_t)  # > 0: slower on the user's arrays

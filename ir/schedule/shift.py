@@ -51,7 +51,7 @@ class Streamed:
     param: int
     """Position of the input among the program's parameters (call order)."""
     loop: str
-    """The outermost loop over the input's column tiles (extent > 1)."""
+    """The outermost loop over the input's column tiles (at least `MIN_TILES` of them)."""
     columns: int
     """Columns per iteration of `loop`."""
     itemsize: int
@@ -109,7 +109,6 @@ def _streamed(
                 return None  # tiles off the lines; or one more tile would unbalance threads
             if int(lp.extent.value) < MIN_TILES:
                 return None
-
             return Streamed(params[buf.name], lp.var.name, stride, itemsize)
     return None
 
