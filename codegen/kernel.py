@@ -20,7 +20,7 @@ from ir import dtype as dt
 from ir.errors import LoomtuneError
 from ir.lower import lower
 from ir.program import Program
-from ir.schedule.shift import ShiftRefused, Streamed, shift_tiles, streamed_input
+from ir.schedule.shift import Streamed, shift_tiles, streamed_input
 from ir.target import Target
 
 
@@ -84,10 +84,10 @@ class Kernel:
         if found is None:
             try:
                 program = shift_tiles(self.program, self.streamed, shift)
-            except ShiftRefused:
+                module = _compile_module(program, self._target, self.symbol, self._loop_vectorize)
+            except LoomtuneError:  # refused (or a variant LLVM rejects): the base runs anywhere
                 found = self._variants[0]
             else:
-                module = _compile_module(program, self._target, self.symbol, self._loop_vectorize)
                 found = (module, self._cfunc(module.address(self.symbol)))
             self._variants[shift] = found
         return found[1]

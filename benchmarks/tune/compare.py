@@ -148,12 +148,20 @@ def compare(
     placed = time_interleaved(
         [kernel.bind_call(*ins, *outs) for ins, outs in sets], gap_config(config), one_number=True
     )
+    # each set may have run another variant of the kernel (`codegen.kernel`): check them all
+    wrong = [verify(outs, refs, task.output_names, task.reduction_length) for _, outs in sets]
+    if any(w is not None for w in wrong):
+        at = next(k for k, w in enumerate(wrong) if w is not None)
+        out["correct"], out["message"] = (
+            False,
+            f"array set {at} ({sets_offsets(sets)[at]}): {wrong[at]}",
+        )
     user_t, aligned_t = placed[:PLACEMENTS], placed[PLACEMENTS:]
     out["placements_ms"] = {
         "user": [t.median_ms for t in user_t],
         "aligned": [t.median_ms for t in aligned_t],
     }
-    out["gap_offsets"] = [[offset_of(a) for a in (*ins, *outs)] for ins, outs in sets]
+    out["gap_offsets"] = sets_offsets(sets)
     # the shifts of a streamed weight's tiles the kernel ran with (`ir.schedule.shift`)
     out["variant_shifts"] = list(getattr(kernel, "variant_shifts", (0,)))
     timings["aligned"] = aligned_t[0]
@@ -432,3 +440,8 @@ def time_kernels(
 
 def median_or_none(values: Sequence[float | None]) -> float | None:
     return None if not values or any(v is None for v in values) else statistics.median(values)  # type: ignore[type-var]
+
+
+def sets_offsets(sets: list) -> list[list[int]]:
+    """Bytes past a 64-byte boundary of each array (inputs, then outputs) of each set."""
+    return [[offset_of(a) for a in (*ins, *outs)] for ins, outs in sets]
