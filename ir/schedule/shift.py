@@ -96,8 +96,8 @@ def _streamed(
     if LINE_BYTES % itemsize or (len(shape) > 1 and shape[-1] * itemsize % LINE_BYTES):
         return None
     column = substitute(ld.indices[-1], mapping)
-    if any(linear_in(substitute(i, mapping), loops[-1].var)[0] for i in ld.indices[:-1]):
-        return None
+    if any(linear_in(substitute(i, mapping), loops[-1].var)[0] != 0 for i in ld.indices[:-1]):
+        return None  # the vectorized loop walks another axis too (or not linearly)
     if linear_in(column, loops[-1].var)[0] != 1:
         return None
     for lp in loops[:-1]:
