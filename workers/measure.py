@@ -244,9 +244,9 @@ class Measurer:
             )
         except LoomtuneError as e:
             return self._fail("runtime_error", str(e), compile_ms)
-        out0 = outputs[first][0]
-        if fault == "corrupt":
-            out0.reshape(-1)[0] += 1.0 if np.issubdtype(out0.dtype, np.floating) else 1
+        if fault in ("corrupt", "corrupt-aligned"):  # wrong at the first offset, or the last
+            bad = outputs[first if fault == "corrupt" else self.offsets[-1]][0]
+            bad.reshape(-1)[0] += 1.0 if np.issubdtype(bad.dtype, np.floating) else 1
         reason = self._wrong(task, prepared, outputs)
         if reason is not None:
             return self._fail("wrong_result", reason, compile_ms)

@@ -100,6 +100,9 @@ def test_process_crash_timeout_corrupt_and_oom_each_end_with_their_status() -> N
         assert crashed.status == "crashed" and "SIGSEGV" in crashed.message
         wrong = p.measure(spec, tgt, _faulty("corrupt").to_json())
         assert wrong.status == "wrong_result" and "outside the tolerance" in wrong.message
+        # wrong only on the aligned arrays (as a broken variant of one offset would be)
+        wrong = p.measure(spec, tgt, _faulty("corrupt-aligned").to_json())
+        assert wrong.status == "wrong_result" and "(arrays 0 bytes past a line)" in wrong.message
         assert p.pid != first_pid  # the crashed process was replaced
         oom = p.measure(spec, tgt, _faulty("oom").to_json())
         assert oom.status == "runtime_error" and "LOOMTUNE_MAX_BYTES" in oom.message
