@@ -29,7 +29,7 @@ from tuner.trace.trace import Trace
 from workers.machine import limit_numpy_threads
 from workers.prepacked import main_arguments, run_prologue
 from workers.timing import MeasureConfig, time_interleaved
-from workers.verify import empty_outputs, verify
+from workers.verify import empty_outputs, first_wrong
 
 FINALISTS = 4
 """Stored bests re-timed together at the end of a run."""
@@ -108,16 +108,10 @@ def select_fastest(
         except LoomtuneError as e:  # e.g. a scratch allocation that fails here
             dropped.append(Finalist(record, None, str(e)))
             continue
-        wrong = next(
-            (
-                w
-                for s in checked
-                if (w := verify(outputs[s], refs, task.output_names, task.reduction_length))
-            ),
-            None,
-        )
+        runs = ((s, outputs[s]) for s in checked)
+        wrong = first_wrong(runs, refs, task.output_names, task.reduction_length)
         if wrong is not None:
-            dropped.append(Finalist(record, None, wrong))
+            dropped.append(Finalist(record, None, wrong[1]))
             continue
         kernels.append((record, kernel, args, outputs, program))
     if not kernels:

@@ -40,7 +40,7 @@ from tuner.trace.trace import Trace
 from workers.machine import limit_numpy_threads
 from workers.prepacked import main_arguments, run_prologue
 from workers.timing import MeasureConfig, Timing, time_interleaved
-from workers.verify import empty_outputs, verify
+from workers.verify import empty_outputs, first_wrong
 
 FAULT_ENV = "LOOMTUNE_TEST_FAULTS"
 FAULT_KEY = "loomtune.test_fault"
@@ -156,12 +156,12 @@ class Measurer:
 
     def _wrong(self, task: Task, prepared: _Prepared, outputs: dict) -> str | None:
         """Why an offset's outputs are wrong (the first such offset), or None."""
-        for o in self.offsets:
-            reason = verify(outputs[o], prepared.refs, task.output_names, task.reduction_length)
-            if reason is not None:
-                where = "" if o == self.offsets[0] else f" (arrays {o} bytes past a line)"
-                return reason + where
-        return None
+        runs = ((o, outputs[o]) for o in self.offsets)
+        found = first_wrong(runs, prepared.refs, task.output_names, task.reduction_length)
+        if found is None:
+            return None
+        o, reason = found
+        return reason + ("" if o == self.offsets[0] else f" (arrays {o} bytes past a line)")
 
     def measure(
         self, task: Task, target: Target, trace: Trace, config: MeasureConfig = TUNING_CONFIG

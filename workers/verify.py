@@ -10,11 +10,14 @@ sentinel pattern) before every run, so a kernel that writes nothing cannot pass.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from ir.arrays import aligned_empty
+
+K = TypeVar("K")
 
 SENTINEL_BYTE = 0xA5
 
@@ -93,4 +96,19 @@ def verify(
         reason = mismatch(out, np.asarray(ref), reduction_length, name)
         if reason:
             return reason
+    return None
+
+
+def first_wrong(
+    runs: Iterable[tuple[K, Sequence[np.ndarray]]],
+    refs: Sequence[np.ndarray],
+    names: Sequence[str],
+    reduction_length: int = 1,
+) -> tuple[K, str] | None:
+    """The first run (key, its outputs) whose outputs do not match, with the reason; None
+    when all do. A kernel may run a variant per array offset (`codegen.kernel`)."""
+    for key, outputs in runs:
+        reason = verify(outputs, refs, names, reduction_length)
+        if reason is not None:
+            return key, reason
     return None

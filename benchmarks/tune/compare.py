@@ -22,7 +22,7 @@ from ir.task import Task, gflops
 from workers.compare import SETTLE_S
 from workers.machine import limit_numpy_threads
 from workers.timing import MeasureConfig, Timing, time_interleaved
-from workers.verify import empty_outputs, fill_outputs, verify
+from workers.verify import empty_outputs, fill_outputs, first_wrong, verify
 
 FINAL_ROUNDS = 3
 ROUND_PAUSE_S = 5.0
@@ -149,12 +149,14 @@ def compare(
         [kernel.bind_call(*ins, *outs) for ins, outs in sets], gap_config(config), one_number=True
     )
     # each set may have run another variant of the kernel (`codegen.kernel`): check them all
-    wrong = [verify(outs, refs, task.output_names, task.reduction_length) for _, outs in sets]
-    if any(w is not None for w in wrong):
-        at = next(k for k, w in enumerate(wrong) if w is not None)
+    wrong = first_wrong(
+        enumerate(o for _, o in sets), refs, task.output_names, task.reduction_length
+    )
+    if wrong is not None:
+        at, reason = wrong
         out["correct"], out["message"] = (
             False,
-            f"array set {at} ({sets_offsets(sets)[at]}): {wrong[at]}",
+            f"array set {at} ({sets_offsets(sets)[at]}): {reason}",
         )
     user_t, aligned_t = placed[:PLACEMENTS], placed[PLACEMENTS:]
     out["placements_ms"] = {

@@ -53,35 +53,18 @@ def _part(s: Stmt, env: Ranges) -> Stmt:
                 return s  # nothing below to split or drop
             ranges = _inner_ranges(s, env)
             live = _live_limit(s, ranges)
-            if live is not None and live < n:
-                shorter = (
-                    simplify_stmt(replace(s, extent=Const(live, "int64")), env)
-                    if live > 0
-                    else None
-                )
-                return seq() if shorter is None else _part(shorter, env)
+            if live is not None and live < n:  # a dead tail
+                return _part_of(s, 0, live, env)
             dead = _dead_head(s.body, s.var, ranges)
             if dead:
-                later = substitute(s.body, {s.var: s.var + dead})
-                shorter = (
-                    simplify_stmt(
-                        For(s.var, Const(n - dead, "int64"), s.kind, later, s.annotations), env
-                    )  # type: ignore[arg-type]
-                    if dead < n
-                    else None
-                )
-                return seq() if shorter is None else _part(shorter, env)
+                return _part_of(s, min(dead, n), n, env)
             t = _split_point(s, ranges)
             if t is None or not 0 < t < n:
                 t = _start_point(s, ranges)
             if t is not None and 0 < t < n and s.kind == "parallel":
                 return _split_inside(s, t, env)
             if t is not None and 0 < t < n:
-                main = For(s.var, Const(t, "int64"), s.kind, s.body, s.annotations)
-                shifted = substitute(s.body, {s.var: s.var + t})
-                tail = For(s.var, Const(n - t, "int64"), s.kind, shifted, s.annotations)  # type: ignore[arg-type]
-                parts = [simplify_stmt(p, env) for p in (main, tail)]
-                return seq(*(_part(p, env) for p in parts if p is not None))
+                return seq(_part_of(s, 0, t, env), _part_of(s, t, n, env))
             inner = dict(env)
             inner[s.var] = (0, n - 1)
             return replace(s, body=_part(s.body, inner))
@@ -93,6 +76,18 @@ def _part(s: Stmt, env: Ranges) -> Stmt:
     if isinstance(s, Allocate):
         return replace(s, body=_part(s.body, env))
     return s
+
+
+def _iterations(loop: For, start: int, stop: int) -> For:
+    """`loop` over its iterations [start, stop) only: the variable counts from 0 again."""
+    body = substitute(loop.body, {loop.var: loop.var + start}) if start else loop.body
+    return For(loop.var, Const(stop - start, "int64"), loop.kind, body, loop.annotations)  # type: ignore[arg-type]
+
+
+def _part_of(loop: For, start: int, stop: int, env: Ranges) -> Stmt:
+    """Iterations [start, stop) of `loop`, simplified and partitioned (none: nothing)."""
+    part = simplify_stmt(_iterations(loop, start, stop), env) if stop > start else None
+    return seq() if part is None else _part(part, env)
 
 
 def _split_inside(loop: For, t: int, env: Ranges) -> Stmt:
