@@ -15,16 +15,22 @@ from tests.sqlite import migrated_sqlite_file
 SLOW_FOLDERS = ("e2e", "benchmarks")
 """Tests under these folders start real servers, workers or benchmark runs: `slow`."""
 SLOW_FILES = ("test_readme_shell.py",)
+ALONE_FOLDERS = ("e2e",)
+"""Real coordinators and workers holding leases of a few seconds: `e2e`, run on a machine
+left to them (docs/decisions.md, Tests and CI)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`pytest -m "not slow"` is the fast subset: end-to-end, benchmark and README-command
-    tests are marked slow here, by where they live; long property tests by hand."""
+    tests are marked slow here, by where they live; long property tests by hand. The
+    end-to-end tests are also `e2e`: the README's test command runs them after the rest."""
     root = Path(__file__).resolve().parent
     for item in items:
         rel = item.path.resolve().relative_to(root)
         if rel.parts[0] in SLOW_FOLDERS or rel.name in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+        if rel.parts[0] in ALONE_FOLDERS:
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -114,12 +114,15 @@ def test_the_fast_subset_leaves_out_servers_and_benchmarks() -> None:
     # anyio: 1.7 s of imports per run) take no part in it
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
-    def selected(*args: str) -> int:
+    def selected(*args: str, marks: str = "not slow") -> list[str]:
         out = subprocess.run(
-            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not slow", *args],
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", marks, *args],
             capture_output=True, text=True, cwd=ROOT, env=env, check=False,
         ).stdout  # fmt: skip
-        return sum(1 for line in out.splitlines() if "::" in line)
+        return [line for line in out.splitlines() if "::" in line]
 
-    assert selected("tests/e2e", "tests/benchmarks", "tests/test_readme_shell.py") == 0
-    assert selected("tests/ir/test_evaluate.py") > 0
+    fast = selected("tests/e2e", "tests/benchmarks", "tests/test_readme_shell.py", __file__)
+    assert fast and all(t.startswith("tests/test_repository.py") for t in fast)
+    # the README's command runs the end-to-end tests (`e2e`) alone, after all the others
+    alone = selected("tests/e2e", "tests/benchmarks", __file__, marks="e2e")
+    assert alone and all(t.startswith("tests/e2e/") for t in alone)
