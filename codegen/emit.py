@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -57,6 +57,7 @@ from ir.program import (
     SeqStmt,
     Stmt,
 )
+from ir.schedule.shift import LINE_BYTES, Streamed
 
 STACK_LIMIT_BYTES = 64 * 1024
 T = TypeVar("T")
@@ -326,6 +327,49 @@ def emit_module(
     m = ModuleEmitter(symbol, num_threads=num_threads, vector_bits=vector_bits)
     m.features = None if features is None else frozenset(x.lstrip("+") for x in features)  # type: ignore[attr-defined]
     _emit_kernel(m, program)
+    return str(m.module)
+
+
+def emit_dispatch_module(
+    variants: Mapping[int, Program],
+    streamed: Streamed,
+    symbol: str,
+    *,
+    num_threads: int = 1,
+    vector_bits: int = 256,
+    features: Iterable[str] | None = None,
+) -> str:
+    """LLVM IR text of one kernel in several lowered variants (by shift, in elements; 0 the
+    unshifted one) and an exported `symbol` that calls the variant for the offset of the
+    `streamed` input in its cache line (`Streamed.shift_for`): where an exported library cannot compile one
+    when it is first needed, as the JIT does (`codegen.kernel`). The variants are internal,
+    named `SYMBOL.shiftS`; an offset that is not a whole number of elements runs shift 0."""
+    if 0 not in variants:
+        raise IRError("a dispatching module needs the unshifted variant (shift 0)")
+    m = ModuleEmitter(symbol, num_threads=num_threads, vector_bits=vector_bits)
+    m.features = None if features is None else frozenset(x.lstrip("+") for x in features)  # type: ignore[attr-defined]
+    functions: dict[int, ll.Function] = {}
+    for shift, program in sorted(variants.items()):
+        m.symbol, m._memo = f"{symbol}.shift{shift}", {}  # the memo is keyed by node identity
+        _emit_kernel(m, program)
+        functions[shift] = m.module.globals[m.symbol]  # type: ignore[assignment]
+        functions[shift].linkage = "internal"
+        functions[shift].attributes.add("noinline")  # one function each, compiled as alone
+    m.symbol = symbol
+    fn_ty = functions[0].function_type
+    kernel = ll.Function(m.module, fn_ty, name=symbol)
+    for arg, inner in zip(kernel.args, functions[0].args):
+        arg.name = inner.name
+        arg.add_attribute("noalias")
+    b = ll.IRBuilder(kernel.append_basic_block("entry"))
+    offset = b.and_(b.ptrtoint(kernel.args[streamed.param], I64), ll.Constant(I64, LINE_BYTES - 1))
+    blocks = {s: kernel.append_basic_block(f"shift{s}") for s in functions}
+    switch = b.switch(offset, blocks[0])
+    for s, block in blocks.items():
+        if s:
+            switch.add_case(ll.Constant(I64, s * streamed.itemsize), block)
+        b.position_at_end(block)
+        b.ret(b.call(functions[s], list(kernel.args), tail=True))
     return str(m.module)
 
 

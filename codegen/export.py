@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from codegen import threadpool
-from codegen.emit import emit_module
+from codegen.emit import emit_dispatch_module, emit_module
 from codegen.jit import (
     CompiledModule,
     LinkerNotFoundError,
@@ -35,6 +35,7 @@ from codegen.jit import (
 from ir.errors import LoomtuneError
 from ir.lower import lower
 from ir.program import Program
+from ir.schedule.shift import LINE_BYTES, ShiftRefused, Streamed, shift_tiles, streamed_input
 from ir.target import Target
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "check_symbol",
     "export_kernel",
     "header_path",
+    "shift_variants",
     "target_lines",
 ]
 
@@ -332,6 +334,16 @@ def c_header(program: Program, symbol: str, *, target: Target | None = None) -> 
         if buf.dtype == "bool":
             line += "  (one byte, 0 or 1)"
         doc.append(line)
+    variants = shift_variants(program)
+    if variants is not None:
+        streamed, programs = variants
+        doc += [
+            "",
+            f"Compiled {len(programs)} times, once per offset of "
+            f"{names[streamed.param]} in a {LINE_BYTES}-byte",
+            f"line: each call runs the code whose tiles start on {names[streamed.param]}'s lines",
+            "(the same results at any address).",
+        ]
     doc += [
         "",
         "Returns 0 on success, -1 if a scratch allocation failed.",
@@ -387,16 +399,36 @@ def header_text(
 # Export
 
 
+def shift_variants(program: Program) -> tuple[Streamed, dict[int, Program]] | None:
+    """The input whose offset picks the variant and the program for each shift of its
+    tiles (`ir.schedule.shift`), one per element offset in a cache line; None when the
+    kernel has one variant (no streamed input, or a shift it refuses)."""
+    streamed = streamed_input(program)
+    if streamed is None:
+        return None
+    try:
+        shifts = range(1, LINE_BYTES // streamed.itemsize)
+        return streamed, {0: program, **{s: shift_tiles(program, streamed, s) for s in shifts}}
+    except ShiftRefused:
+        return None
+
+
 def _compile(program: Program, target: Target, symbol: str) -> CompiledModule:
-    """Lower, emit and compile exactly as :func:`codegen.kernel.compile_program` does."""
+    """Lower, emit and compile as :func:`codegen.kernel.compile_program` does, with every
+    variant a call may pick in the one module (`codegen.emit.emit_dispatch_module`)."""
     lowered = lower(program)
-    text = emit_module(
-        lowered,
-        symbol,
-        num_threads=target.num_threads,
-        vector_bits=target.vector_bits,
-        features=target.features,
-    )
+    options = {
+        "num_threads": target.num_threads,
+        "vector_bits": target.vector_bits,
+        "features": target.features,
+    }
+    variants = shift_variants(program)
+    if variants is None:
+        text = emit_module(lowered, symbol, **options)
+    else:
+        streamed, programs = variants
+        lowered_variants = {s: lowered if s == 0 else lower(p) for s, p in programs.items()}
+        text = emit_dispatch_module(lowered_variants, streamed, symbol, **options)
     # emit's `declare` reuses a global of the same name: a kernel named like a
     # function it calls would call itself. _LIBRARY_NAMES covers today's calls;
     # this catches any added later.
