@@ -324,10 +324,17 @@ def emit_module(
     `features` (the target's) are checked against the tensor intrinsics the
     program calls; None leaves that to LLVM.
     """
-    m = ModuleEmitter(symbol, num_threads=num_threads, vector_bits=vector_bits)
-    m.features = None if features is None else frozenset(x.lstrip("+") for x in features)  # type: ignore[attr-defined]
+    m = _module_emitter(symbol, num_threads, vector_bits, features)
     _emit_kernel(m, program)
     return str(m.module)
+
+
+def _module_emitter(
+    symbol: str, num_threads: int, vector_bits: int, features: Iterable[str] | None
+) -> ModuleEmitter:
+    m = ModuleEmitter(symbol, num_threads=num_threads, vector_bits=vector_bits)
+    m.features = None if features is None else frozenset(x.lstrip("+") for x in features)  # type: ignore[attr-defined]
+    return m
 
 
 def emit_dispatch_module(
@@ -341,21 +348,21 @@ def emit_dispatch_module(
 ) -> str:
     """LLVM IR text of one kernel in several lowered variants (by shift, in elements; 0 the
     unshifted one) and an exported `symbol` that calls the variant for the offset of the
-    `streamed` input in its cache line (`Streamed.shift_for`): where an exported library cannot compile one
-    when it is first needed, as the JIT does (`codegen.kernel`). The variants are internal,
-    named `SYMBOL.shiftS`; an offset that is not a whole number of elements runs shift 0."""
+    `streamed` input in its cache line (`Streamed.shift_for`). For an exported library,
+    which cannot compile a variant when first needed as the JIT does (`codegen.kernel`).
+    The variants are internal, named `SYMBOL.shiftS`; an offset that is not a whole
+    number of elements runs shift 0."""
     if 0 not in variants:
         raise IRError("a dispatching module needs the unshifted variant (shift 0)")
-    m = ModuleEmitter(symbol, num_threads=num_threads, vector_bits=vector_bits)
-    m.features = None if features is None else frozenset(x.lstrip("+") for x in features)  # type: ignore[attr-defined]
+    m = _module_emitter(symbol, num_threads, vector_bits, features)
     functions: dict[int, ll.Function] = {}
     for shift, program in sorted(variants.items()):
-        m.symbol, m._memo = f"{symbol}.shift{shift}", {}  # the memo is keyed by node identity
+        m.start_kernel(f"{symbol}.shift{shift}")
         _emit_kernel(m, program)
         functions[shift] = m.module.globals[m.symbol]  # type: ignore[assignment]
         functions[shift].linkage = "internal"
         functions[shift].attributes.add("noinline")  # one function each, compiled as alone
-    m.symbol = symbol
+    m.start_kernel(symbol)
     fn_ty = functions[0].function_type
     kernel = ll.Function(m.module, fn_ty, name=symbol)
     for arg, inner in zip(kernel.args, functions[0].args):

@@ -97,6 +97,12 @@ class ModuleEmitter:
         self._outlined = 0
         self._memo: dict[tuple[object, ...], tuple[object, object]] = {}
 
+    def start_kernel(self, symbol: str) -> None:
+        """Emit the next kernel function under `symbol` (another variant in this module);
+        the memo starts empty, as its keys are node identities of one program."""
+        self.symbol = symbol
+        self._memo = {}
+
     def memo(self, key: tuple[object, ...], compute: Callable[[], T]) -> T:
         """`compute()` once per key's node *objects*: an unrolled loop emits its body once per
         iteration, the same nodes each time, and their analyses (vector legality, affine
