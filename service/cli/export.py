@@ -84,7 +84,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     it); otherwise the stored best record for the workload on the target, else
     the default loop nest. stderr says which.
     """
-    from codegen.export import check_request, export_kernel
+    from codegen.export import check_request, export_kernel, shift_variants
 
     if args.model is not None:
         return _export_model(args)
@@ -101,6 +101,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         program, source = _stored_or_default(task, target)
     _log_target(target)
     log(source)
+    variants = shift_variants(program)
+    if variants is not None:
+        streamed, programs = variants
+        name = program.params[streamed.param].name
+        log(
+            f"{len(programs)} variants, one per offset of {name} in a cache line: "
+            f"each call runs the one whose tiles start on {name}'s lines"
+        )
     written = export_kernel(program, target, symbol=symbol, fmt=args.fmt, output=args.output)
     log("wrote " + ", ".join(str(path) for path in written))
     return 0

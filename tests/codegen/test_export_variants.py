@@ -4,6 +4,7 @@ the weight in a cache line and picks it by the weight's address, as the JIT does
 from __future__ import annotations
 
 import ctypes
+import random
 import re
 from pathlib import Path
 
@@ -20,8 +21,15 @@ from ir.build import build_program
 from ir.lower import lower
 from ir.schedule.shift import Streamed
 from ir.task import library_task
-from tests.codegen.test_export import check_links_only_system_libraries, needs_binutils, needs_cc
+from tests.codegen.test_export import (
+    check_links_only_system_libraries,
+    loomtune,
+    needs_binutils,
+    needs_cc,
+)
 from tests.ir.schedule.test_shift import _streamed_dense
+from tuner.trace.file import TraceFile
+from tuner.trace.traced_schedule import TracedSchedule
 from workers.verify import empty_outputs, verify
 
 
@@ -97,3 +105,31 @@ def test_a_kernel_without_a_streamed_tile_loop_exports_one_function(
     assert shift_variants(program) is None
     (ll,) = export_kernel(program, host_target(), symbol="k", fmt="ll", output=tmp_path / "k.ll")
     assert ".shift" not in ll.read_text()
+
+
+@needs_cc
+@needs_binutils
+def test_the_cli_says_it_exports_one_variant_per_offset(tmp_path: Path) -> None:
+    """`loomtune export --trace` of a schedule streaming W unpacked in 32 column tiles."""
+    task = library_task("dense", {"m": 8, "n": 1024, "k": 12, "bias": 1, "relu": 1})
+    sch = TracedSchedule(task.program, rng=random.Random(0))
+    xw = sch.get_block("XW")
+    i, j, r = sch.get_loops(xw)
+    i0, i1 = sch.split(i, sch.sample_perfect_tile(i, n=2, max_innermost_factor=4, decision=[2, 4]))
+    j0, j1 = sch.split(
+        j, sch.sample_perfect_tile(j, n=2, max_innermost_factor=32, decision=[32, 32])
+    )
+    sch.reorder(j0, i0, r, i1, j1)
+    written = sch.cache_write(xw, 0, "local")
+    sch.reverse_compute_at(written, i0)
+    sch.reverse_compute_inline(sch.get_block("Y"))
+    sch.decompose_reduction(xw, r)
+    sch.vectorize(j1)
+    trace = tmp_path / "dense.trace.json"
+    TraceFile.for_task(task, "host", sch.trace).save(trace)
+    so = tmp_path / "libd.so"
+    done = loomtune("export", "--trace", str(trace), "--format", "so", "-o", str(so), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "16 variants, one per offset of W in a cache line" in done.stderr, done.stderr
+    assert "Compiled 16 times" in header_path(so).read_text()
+    check_links_only_system_libraries(so, "dense")
