@@ -94,28 +94,36 @@ def hoist_constant_blocks(
     writers: dict[str, list[BlockRealize]] = {}
     for r in blocks:
         writers.setdefault(_written(r), []).append(r)
-    sums = {
-        name
-        for name, group in writers.items()
-        if name in intermediates
-        and writes[name] == len(group)
-        and reduction_reason(group, constant_inputs) is None
-    }
-    hoisted = [
-        r
-        for r in blocks
-        if _written(r) in sums
-        or hoistable_reason(r, constant_inputs, intermediates, writes[_written(r)]) is None
-    ]
+    known = set(constant_inputs)  # constants, then also what hoisted blocks compute from them
+    hoisted: list[BlockRealize] = []
+    while True:
+        sums = {
+            name
+            for name, group in writers.items()
+            if name in intermediates
+            and writes[name] == len(group)
+            and reduction_reason(group, known) is None
+        }
+        found = [
+            r
+            for r in blocks
+            if _written(r) in sums
+            or hoistable_reason(r, known, intermediates, writes[_written(r)]) is None
+        ]
+        if len(found) == len(hoisted):
+            break
+        hoisted = found
+        known |= {_written(r) for r in found}
     if not hoisted:
         return None, program
     names = fresh_names(program)
-    written = (r.block.writes[0].buffer for r in hoisted)
-    packed = list({b.name: b for b in written}.values())
-    packed_names = {b.name for b in packed}
     moved = {r.block.name for r in hoisted}
     main = remove_stmt(program, lambda n: isinstance(n, BlockRealize) and n.block.name in moved)
     still_read = _buffers_read(main)
+    written = list({b.name: b for r in hoisted for b in (r.block.writes[0].buffer,)}.values())
+    packed = [b for b in written if b.name in still_read]
+    scratch = tuple(b for b in written if b.name not in still_read)
+    packed_names = {b.name for b in written}
     main = replace(
         main,
         inputs=(
@@ -132,6 +140,7 @@ def hoist_constant_blocks(
         tuple(b for b in program.inputs if b.name in read_by_prologue),
         tuple(packed),
         seq(*(_renest(r.block, names.fresh) for r in hoisted)),
+        allocs=scratch,
         attrs=(("prologue_of", program.name),),
     )
     return prologue, main

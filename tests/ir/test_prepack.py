@@ -211,3 +211,24 @@ def test_a_sum_that_reads_a_per_call_input_stays() -> None:
     wsum = [r for r in all_blocks(task.program) if r.block.name == "wsum"]
     assert reduction_reason(wsum, CONSTANTS) is None
     assert reduction_reason(wsum, {"X"}) == "reads something that is not a constant input"
+
+
+def test_arithmetic_on_constants_is_hoisted_through_a_chain() -> None:
+    """Winograd's weight transform: A from W, then B from A; only B is read per call, so
+    the prologue outputs B and keeps A as its own scratch."""
+    from ir.definition import to_definition
+    from ir.task import custom_task
+
+    x = te.placeholder((4, 6), "float32", "X")
+    w = te.placeholder((6, 5), "float32", "W")
+    a = te.compute((6, 5), lambda k, n: w[k, n] * 0.5, "A")
+    b = te.compute((6, 5), lambda k, n: a[k, n] + a[(k + 1) % 6, n], "B")
+    r = te.reduce_axis(6, "r")
+    c = te.compute((4, 5), lambda i, n: te.sum(x[i, r] * b[r, n], axis=r), "C")
+    task = custom_task(to_definition(te.Workload("chain", (x, w), (c,))))
+    prologue, main = _check_split(task, task.program, {"W"})
+    assert [b.name for b in prologue.outputs] == ["B"]
+    assert [b.name for b in prologue.allocs] == ["A"]
+    assert [b.name for b in main.inputs] == ["X", "B"] and main.allocs == ()
+    # with no constant input nothing moves
+    assert hoist_constant_blocks(task.program, set())[0] is None
