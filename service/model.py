@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,10 +28,10 @@ from codegen.model import CompiledModel
 from ir import dtype as dt
 from ir.errors import LoomtuneError
 from ir.graph.graph import Graph
-from ir.graph.plan import ModelPlan
+from ir.graph.plan import ModelPlan, PlanTask
 from ir.program import Program
 from ir.target import Target
-from ir.task import schedule_keys
+from ir.task import Task, schedule_keys
 from tuner.database import Database, TuningRecord
 
 TOLERANCE_REL = 1e-3
@@ -47,14 +47,34 @@ def load_graph(path: str | os.PathLike) -> Graph:
 
 @dataclass(frozen=True)
 class Schedules:
-    """Per distinct task (by workload key): its scheduled program when a record is stored."""
+    """Per distinct task (by workload key): its scheduled program when a record is stored.
+
+    Every implementation of a plan task is looked up (`PlanTask.implementations`: a conv
+    directly and by Winograd); `choose` runs each task by its fastest stored one."""
 
     programs: Mapping[str, Program]
     problems: tuple[str, ...] = field(default=())  # records found but not replayable
     borrowed: frozenset[str] = field(default=frozenset())  # from another thread count
+    times: Mapping[str, float] = field(default_factory=dict)  # the used record's median
 
     def tuned(self, key: str) -> bool:
         return key in self.programs
+
+    def choose(self, plan: ModelPlan) -> ModelPlan:
+        """`plan` with each task run by its implementation whose stored schedule is the
+        fastest (one with a schedule beats one without; none: the plan's own)."""
+        return choose_fastest(plan, lambda key: self.times.get(key) if self.tuned(key) else None)
+
+
+def choose_fastest(plan: ModelPlan, ms: Callable[[str], float | None]) -> ModelPlan:
+    """`plan` with each task that has alternatives run by the implementation whose task key
+    `ms` times lowest (keys it cannot time lose; none timed: the plan's choice stands)."""
+
+    def pick(t: PlanTask) -> str:
+        timed = [(m, name) for name, task in t.implementations if (m := ms(task.key)) is not None]
+        return min(timed)[1] if timed else t.implementation
+
+    return plan.choose(pick)
 
 
 def stored_schedules(
@@ -72,41 +92,56 @@ def stored_schedules(
     from tuner.trace.errors import TraceError
     from tuner.trace.trace import Trace
 
-    traces, borrowed = (
-        (_remote_traces(plan, target, coordinator, token), frozenset[str]())
+    traces, times, borrowed = (
+        (*_remote_traces(plan, target, coordinator, token), frozenset[str]())
         if coordinator is not None
         else _local_traces(plan, target, database_url, database)
     )
     programs: dict[str, Program] = {}
     problems = []
     for t in plan.tasks:
-        trace = traces.get(t.task.key)
-        if trace is None:
-            continue
-        try:
-            programs[t.task.key] = Trace.from_json(trace).apply(t.task.program).program
-        except (TraceError, LoomtuneError) as e:
-            problems.append(f"{t.pattern} ({t.task.key[:12]}): stored schedule not used: {e}")
-    return Schedules(programs, tuple(problems), borrowed & programs.keys())
+        for name, task in t.implementations:
+            trace = traces.get(task.key)
+            if trace is None:
+                continue
+            try:
+                programs[task.key] = Trace.from_json(trace).apply(task.program).program
+            except (TraceError, LoomtuneError) as e:
+                problems.append(f"{t.label(name)} ({task.key[:12]}): stored schedule not used: {e}")
+    return Schedules(
+        programs,
+        tuple(problems),
+        borrowed & programs.keys(),
+        {k: ms for k, ms in times.items() if k in programs},
+    )
 
 
 def _local_traces(
     plan: ModelPlan, target: str, database_url: str | None, database: Database | None
-) -> tuple[dict[str, Any], frozenset[str]]:
-    """Each task's best trace for `target`; and the keys of the tasks whose best came from
-    another thread count of the same CPU (`best_record`)."""
+) -> tuple[dict[str, Any], dict[str, float], frozenset[str]]:
+    """Each task's (and alternative's) best trace for `target` and its median; and the keys
+    of the tasks whose best came from another thread count of the same CPU (`best_record`)."""
     if database is None:
         from service.db.store import open_database
 
         database = open_database(database_url)
-    out, borrowed = {}, set()
-    for t in plan.tasks:
-        record, own = best_record(database, schedule_keys(t.task), target)
+    out, times, borrowed = {}, {}, set()
+    for task in _all_tasks(plan):
+        record, own = best_record(database, schedule_keys(task), target)
         if record is not None:
-            out[t.task.key] = record.trace
+            out[task.key] = record.trace
+            final = database.final(record.workload_key, target) if own else None
+            if final is not None and final.record_id == record.record_id:
+                times[task.key] = final.retimed_ms  # its finalists' re-timing, as tuning's
+            elif record.median_ms is not None:
+                times[task.key] = record.median_ms
             if not own:
-                borrowed.add(t.task.key)
-    return out, frozenset(borrowed)
+                borrowed.add(task.key)
+    return out, times, frozenset(borrowed)
+
+
+def _all_tasks(plan: ModelPlan) -> list[Task]:
+    return [task for t in plan.tasks for _, task in t.implementations]
 
 
 def best_record(
@@ -149,20 +184,24 @@ def _threads(target: str) -> int:
 
 def _remote_traces(
     plan: ModelPlan, target: str, coordinator: str, token: str | None
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, float]]:
     from service.client import Client, CoordinatorError
 
-    out = {}
+    out, times = {}, {}
     with Client(coordinator, token) as client:
-        for t in plan.tasks:
-            for key in schedule_keys(t.task):
+        for task in _all_tasks(plan):
+            for key in schedule_keys(task):
                 try:
-                    out[t.task.key] = client.best(workload_key=key, target=target)["trace"]
-                    break
+                    best = client.best(workload_key=key, target=target)
                 except CoordinatorError as e:
                     if e.status != 404:
                         raise
-    return out
+                    continue
+                out[task.key] = best["trace"]
+                if best.get("latency_ms") is not None:
+                    times[task.key] = float(best["latency_ms"])
+                break
+    return out, times
 
 
 def compile_model(
@@ -175,7 +214,8 @@ def compile_model(
     remote_target: str | None = None,
     database: Database | None = None,
 ) -> tuple[CompiledModel, Schedules]:
-    """The compiled model with each task's best stored schedule (else its default nest)."""
+    """The compiled model with each task's best stored schedule (else its default nest), each
+    run by its fastest stored implementation (`Schedules.choose`)."""
     lookup = remote_target if coordinator is not None and remote_target else target.canonical()
     schedules = stored_schedules(
         plan,
@@ -185,7 +225,7 @@ def compile_model(
         database_url=database_url,
         database=database,
     )
-    return CompiledModel(plan, schedules.programs, target), schedules
+    return CompiledModel(schedules.choose(plan), schedules.programs, target), schedules
 
 
 # --- inputs, correctness, ONNX Runtime ---------------------------------------------------------

@@ -26,7 +26,7 @@ from ir.graph.graph import Graph
 from ir.graph.plan import ModelPlan
 from ir.target import Target
 from ir.task import Task
-from service.model import ModelCheck, Schedules
+from service.model import ModelCheck, Schedules, choose_fastest
 from service.model_threads import ThreadChoice, settle_thread_counts
 from tuner.database import Database, TuningRecord
 from tuner.runner import Runner
@@ -468,11 +468,13 @@ class ModelTuning:
         self.seed = seed
         self.strategy = strategy or default_strategy()
         self.database = database
-        self.tasks = task_states(
-            database,
-            [(t.task.key, t.op, t.pattern, t.count) for t in self.plan.tasks],
-            self.canonical,
-        )
+        # What is tuned: every implementation of every task (`PlanTask.implementations`).
+        tuned = [(t, name, task) for t in self.plan.tasks for name, task in t.implementations]
+        self.candidates: list[Task] = [task for *_, task in tuned]
+        states = [
+            (u.key, "fused" if u.is_custom else u.op, t.label(n), t.count) for t, n, u in tuned
+        ]
+        self.tasks = task_states(database, states, self.canonical)
         self.remaining = max(0, trials - sum(t.stored for t in self.tasks))
         self.runs: list[TuneRun | None] = [None] * len(self.tasks)
         self.interrupted = False
@@ -512,7 +514,7 @@ class ModelTuning:
             runner = LocalPool(threads=self.target.num_threads)
         try:
             scheduler, done = schedule_model_tasks(
-                [t.task for t in self.plan.tasks],
+                self.candidates,
                 self.tasks,
                 target=self.canonical,
                 space_of=lambda t: make_space(t, self.target),
@@ -553,11 +555,11 @@ class ModelTuning:
         from service.model import check_model, compile_model
 
         by_share = sorted(
-            zip(self.plan.tasks, self.tasks),
+            zip(self.candidates, self.tasks),
             key=lambda pair: -(pair[1].count * (pair[1].best_ms or 0.0)),
         )
         tail = self._tail_seconds()
-        for plan_task, state in by_share:
+        for task, state in by_share:
             if (
                 state.trials_done
                 and self.deadline is not None
@@ -566,13 +568,15 @@ class ModelTuning:
                 self.not_retimed.append(state.pattern)
             elif state.trials_done:
                 _finish(
-                    plan_task.task,
+                    task,
                     self.target,
                     self.strategy,
                     TuneRun(trials=0),
                     self.database,
                     compare=False,
                 )
+        timed = {s.key: _best_ms(self.database, s.key, self.canonical) for s in self.tasks}
+        self.plan = choose_fastest(self.plan, timed.get)
         if self.target.num_threads > 1:
             from service.model import sample_inputs
 
@@ -585,7 +589,8 @@ class ModelTuning:
             )
         for state in self.tasks:
             state.best_ms = _best_ms(self.database, state.key, self.canonical)
-        _shares(self.tasks)
+        run = {t.task.key for t in self.plan.tasks}  # the implementations the model runs
+        _shares([s for s in self.tasks if s.key in run])
         model, schedules = compile_model(self.plan, self.target, database=self.database)
         result = (
             check_model(self.path, self.graph, model, self.target.num_threads, timing=timing)

@@ -225,3 +225,25 @@ def conv_net(
     return m.model(
         "conv_net", [_info("x", [batch, 3, size, size])], [_info("y", [batch, classes])], opset
     )
+
+
+def res_block(
+    *, size: int = 16, channels: int = 8, seed: int = 0, opset: int = 17
+) -> onnx.ModelProto:
+    """A ResNet basic block after a stride-2 stem: Conv(s2)+BN+Relu, then Conv 3×3+BN+Relu,
+    Conv 3×3+BN, the residual Add and Relu (torchvision's resnet18, at a small size)."""
+    m = _Model(seed)
+    c = channels
+    three = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    stem = m.op("Conv", ["x", m.weight(c, 3, 3, 3)], strides=[2, 2], **three)
+    stem = m.op("Relu", [_bn(m, stem, c)])
+    h = m.op("Relu", [_bn(m, m.op("Conv", [stem, m.weight(c, c, 3, 3)], **three), c)])
+    h = _bn(m, m.op("Conv", [h, m.weight(c, c, 3, 3)], **three), c)
+    m.nodes.append(helper.make_node("Add", [h, stem], ["sum"], name="/add/Add"))
+    m.nodes.append(helper.make_node("Relu", ["sum"], ["y"], name="/relu/Relu"))
+    return m.model(
+        "res_block",
+        [_info("x", [1, 3, 2 * size, 2 * size])],
+        [_info("y", [1, c, size, size])],
+        opset,
+    )

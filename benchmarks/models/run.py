@@ -68,7 +68,7 @@ def task_summary(plan: Any, tuned: Callable[[str], bool]) -> list[dict[str, Any]
         {
             "key": t.task.key[:12],
             "op": t.op,
-            "pattern": t.pattern,
+            "pattern": t.label(),
             "count": t.count,
             "flops_share": t.flops * t.count / total,
             "tuned": tuned(t.task.key),
@@ -207,6 +207,7 @@ def measure_model(
     start = time.perf_counter()
     model, schedules = compile_model(plan, host_target(threads), database=database)
     row["compile_s"] = time.perf_counter() - start
+    plan = schedules.choose(plan)  # the implementations the compiled model runs
     tasks = task_summary(plan, schedules.tuned)
     row |= {"tasks": len(tasks), "kernels": model.kernel_calls, "task_list": tasks}
     row["tuned_tasks"] = sum(t["tuned"] for t in tasks)

@@ -72,8 +72,11 @@ def broadcast_index(shape: Sequence[int], out_rank: int, idx: Index) -> Index:
 class GroupBuilder:
     """Builds one group's workload: placeholders for the values it reads, computes in order."""
 
-    def __init__(self, graph: Graph, resolve: Callable[[str], Lazy | None]) -> None:
+    def __init__(
+        self, graph: Graph, resolve: Callable[[str], Lazy | None], *, winograd: bool = False
+    ) -> None:
         self.graph = graph
+        self.winograd = winograd  # lower eligible 3×3 convs by F(2×2, 3×3) (lower_winograd)
         self._resolve = resolve  # a value the group computes or reads through (else None)
         self.inputs: list[te.Tensor] = []
         self.input_values: list[str] = []

@@ -23,6 +23,7 @@ from ir.graph.lower_ops import (
     register_lowering,
     zero_index,
 )
+from ir.graph.lower_winograd import lower_winograd, winograd_eligible
 
 
 def _nhwc(node: Node) -> None:
@@ -121,6 +122,11 @@ def _lower_conv(b: GroupBuilder, node: Node, ins: list, outs: list) -> Lazy:
     cog = co // node.attr("groups", 1)
     dil = node.attr("dilations", (1, 1))
 
+    if b.winograd and winograd_eligible(b.graph, node):
+        conv = lower_winograd(b, node, x, w, outs[0])
+        if bias is None:
+            return conv
+        return Lazy(outs[0], x.dtype, lambda idx: conv.at(idx) + b.load(bias, (idx[3],)))
     padded = _padded(b, x, node, (kh, kw), dil) if cig == x.shape[3] else None
 
     def at(idx: Index) -> Expr:

@@ -15,8 +15,8 @@ a callable model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from ir import dtype as dt
@@ -37,11 +37,35 @@ class PlanTask:
     pattern: str
     count: int
     flops: int
+    implementation: str = "direct"
+    alternatives: tuple[tuple[str, Task], ...] = ()
+    """Other implementations on the same arguments, by name: tuned beside `task`, and
+    the faster stands in for it (`choose`)."""
 
     @property
     def op(self) -> str:
         """The library operator's name, or "fused" for a custom workload."""
         return "fused" if self.task.is_custom else self.task.op
+
+    @property
+    def implementations(self) -> tuple[tuple[str, Task], ...]:
+        """Every implementation of the task, this one first."""
+        return ((self.implementation, self.task), *self.alternatives)
+
+    def label(self, implementation: str | None = None) -> str:
+        """The pattern, with the implementation named when there is a choice."""
+        name = implementation or self.implementation
+        return f"{self.pattern} [{name}]" if self.alternatives else self.pattern
+
+    def choose(self, implementation: str) -> PlanTask:
+        """This task run by `implementation` (one of `implementations`)."""
+        found = dict(self.implementations)
+        if implementation not in found:
+            raise KeyError(f"{self.pattern}: no implementation {implementation!r}")
+        rest = tuple((n, t) for n, t in self.implementations if n != implementation)
+        return replace(
+            self, task=found[implementation], implementation=implementation, alternatives=rest
+        )
 
 
 @dataclass(frozen=True)
@@ -80,6 +104,13 @@ class ModelPlan:
     def flops(self) -> int:
         return sum(t.flops * t.count for t in self.tasks)
 
+    def choose(self, pick: Callable[[PlanTask], str]) -> ModelPlan:
+        """The plan with each task run by the implementation `pick` names for it (steps
+        are unchanged: every implementation reads the same arguments)."""
+        return replace(
+            self, tasks=tuple(t.choose(pick(t)) if t.alternatives else t for t in self.tasks)
+        )
+
     @property
     def stored_bytes(self) -> int:
         """Bytes of every arena value side by side: what the arena saves memory against."""
@@ -109,10 +140,9 @@ def build_plan(graph: Graph) -> ModelPlan:
         key = gt.task.key
         if key not in index:
             index[key] = len(tasks)
-            tasks.append(PlanTask(gt.task, gt.pattern, 0, gt.flops))
+            tasks.append(PlanTask(gt.task, gt.pattern, 0, gt.flops, alternatives=gt.alternatives))
         i = index[key]
-        t = tasks[i]
-        tasks[i] = PlanTask(t.task, t.pattern, t.count + 1, t.flops)
+        tasks[i] = replace(tasks[i], count=tasks[i].count + 1)
         steps.append(Step(i, gt.inputs, gt.output))
     views = dict(part.views)
     slots, arena = plan_arena(_lifetimes(g, graph, steps, views))

@@ -18,6 +18,7 @@ from ir.definition import to_definition
 from ir.graph.fuse import Group
 from ir.graph.graph import Graph, Node
 from ir.graph.lower_ops import GroupBuilder, Lazy, workload_of
+from ir.graph.lower_winograd import winograd_eligible
 from ir.graph.ops import OPS
 from ir.task import Task, custom_task, library_task, with_layout_free
 
@@ -37,6 +38,8 @@ class GroupTask:
     inputs: tuple[Arg, ...]
     output: Arg
     flops: int
+    alternatives: tuple[tuple[str, Task], ...] = ()
+    """Other implementations of the group on the same arguments, by name ("winograd")."""
 
 
 def pattern_of(graph: Graph, group: Group) -> str:
@@ -54,12 +57,29 @@ def group_task(
     """The task of one group (equal workloads share one Task object through `cache`);
     `constant(value)`: whether a graph value is a load-time constant of the model."""
     found = _group_task(graph, group, cache)
-    names = [b.name for b in found.task.program.inputs]
-    free = [n for n, a in zip(names, found.inputs) if constant(a.value)]
+    alternatives = []
+    if any(winograd_eligible(graph, graph.nodes[i]) for i in group.nodes):
+        winograd = _custom(graph, group, cache, winograd=True)
+        if winograd.inputs == found.inputs and winograd.output == found.output:
+            alternatives.append(("winograd", winograd.task))
+    return replace(
+        found,
+        task=_layout_free(found.task, found.inputs, cache, constant),
+        alternatives=tuple(
+            (name, _layout_free(t, found.inputs, cache, constant)) for name, t in alternatives
+        ),
+    )
+
+
+def _layout_free(
+    task: Task, args: Sequence[Arg], cache: dict[str, Task] | None, constant: Callable[[str], bool]
+) -> Task:
+    """`task` with its inputs bound to load-time constants declared layout-free."""
+    names = [b.name for b in task.program.inputs]
+    free = [n for n, a in zip(names, args) if constant(a.value)]
     if not free:
-        return found
-    task = _cached(cache, f"{found.task.key}:{free}", lambda: with_layout_free(found.task, free))
-    return replace(found, task=task)
+        return task
+    return _cached(cache, f"{task.key}:{free}", lambda: with_layout_free(task, free))
 
 
 def _group_task(graph: Graph, group: Group, cache: dict[str, Task] | None) -> GroupTask:
@@ -73,8 +93,19 @@ def _group_task(graph: Graph, group: Group, cache: dict[str, Task] | None) -> Gr
         declared = [t.concrete_shape() for t in (*task.workload.inputs, *task.workload.outputs)]
         if declared == [a.shape for a in (*ins, out)]:
             return GroupTask(task, pattern, ins, out, flops)
-    builder, lazy = _build(graph, group)
+    return _custom(graph, group, cache)
+
+
+def _custom(
+    graph: Graph, group: Group, cache: dict[str, Task] | None, *, winograd: bool = False
+) -> GroupTask:
+    """The group as a custom workload (`winograd`: its eligible convs by F(2×2, 3×3))."""
+    pattern = pattern_of(graph, group)
+    flops = sum(node_flops(graph, graph.nodes[i]) for i in group.nodes)
+    builder, lazy = _build(graph, group, winograd)
     name = "fused_" + "_".join(graph.nodes[i].op for i in group.nodes)[:48]
+    if winograd:
+        name = "winograd_" + name[len("fused_") :]
     definition = to_definition(workload_of(builder, lazy, name))
     task = _cached(cache, repr(definition), lambda: custom_task(definition))
     ins = tuple(
@@ -92,7 +123,7 @@ def _cached(cache: dict[str, Task] | None, key: str, make: Callable[[], Task]) -
     return cache[key]
 
 
-def _build(graph: Graph, group: Group) -> tuple[GroupBuilder, Lazy]:
+def _build(graph: Graph, group: Group, winograd: bool = False) -> tuple[GroupBuilder, Lazy]:
     lazies: dict[str, Lazy] = {}
     reads = set(group.reads)
 
@@ -105,7 +136,7 @@ def _build(graph: Graph, group: Group) -> tuple[GroupBuilder, Lazy]:
             return lazies[v]
         return None
 
-    builder = GroupBuilder(graph, resolve)
+    builder = GroupBuilder(graph, resolve, winograd=winograd)
     for i in group.nodes:
         node = graph.nodes[i]
         lazies.update(zip(node.outputs, builder.lower(node)))

@@ -145,8 +145,8 @@ def _export_model(args: argparse.Namespace) -> int:
     check_model_request(name, args.output)  # a refused export prints only its error
     start = time.perf_counter()
     graph = load_graph(args.model)
-    plan = build_plan(graph)
-    schedules = stored_schedules(plan, target.canonical())
+    schedules = stored_schedules(build_plan(graph), target.canonical())
+    plan = schedules.choose(build_plan(graph))
     for problem in schedules.problems:
         log(f"warning: {problem}")
     _log_target(target)

@@ -72,7 +72,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
         schedules = stored_schedules(plan, lookup, coordinator=args.coordinator, token=args.token)
     for problem in schedules.problems:
         log(f"warning: {problem}")
-    return graph, plan, target, model, schedules
+    return graph, schedules.choose(plan), target, model, schedules
 
 
 def _remote_target(args: argparse.Namespace) -> str | None:
@@ -102,6 +102,8 @@ def _inspect(args: argparse.Namespace) -> int:
                 "key": t.task.key,
                 "op": t.op,
                 "pattern": t.pattern,
+                "implementation": t.implementation,
+                "alternatives": [name for name, _ in t.alternatives],
                 "shapes": [list(x.concrete_shape()) for x in (*wl.inputs, *wl.outputs)],
                 "count": t.count,
                 "flops_share": t.flops * t.count / total,

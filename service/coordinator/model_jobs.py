@@ -19,7 +19,7 @@ carries its children along (`jobs.claim_job`, `jobs.park_job`, `jobs._end`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,13 +63,36 @@ def plan_model(doc: Any) -> Any:
         raise Invalid(
             (*LOC, "nodes"), f"the graph cannot be cut into tasks ({type(e).__name__}: {e})"
         ) from None
-    if len(plan.tasks) > MAX_TASKS:
-        raise Invalid(LOC, f"{len(plan.tasks)} distinct tasks, more than {MAX_TASKS}")
-    if not plan.tasks:
+    tasks = _implementations(plan)
+    if len(tasks) > MAX_TASKS:
+        raise Invalid(LOC, f"{len(tasks)} distinct tasks, more than {MAX_TASKS}")
+    if not tasks:
         raise Invalid(LOC, "the model computes nothing to tune (no kernels)")
-    for i, t in enumerate(plan.tasks):
-        J.resolve_task(t.task.spec(), loc=(*LOC, f"tasks[{i}]"))
+    for i, (*_, task) in enumerate(tasks):
+        J.resolve_task(task.spec(), loc=(*LOC, f"tasks[{i}]"))
     return plan
+
+
+def _implementations(plan: Any) -> list[tuple[int, Any, str, Any]]:
+    """What a model job tunes: every implementation of every task (`PlanTask.implementations`:
+    a conv directly and by Winograd), as (plan task index, plan task, implementation, task)."""
+    return [
+        (i, t, name, task) for i, t in enumerate(plan.tasks) for name, task in t.implementations
+    ]
+
+
+def fastest_per_group(tasks: Sequence[Mapping[str, Any]], best: Mapping[str, float]) -> set[str]:
+    """Keys of the model's tasks that count in its time: per plan task (`group`; a job stored
+    before alternatives has one task per group) its implementation with the lowest `best`;
+    empty unless every group has a best."""
+    fastest: dict[int, tuple[float, str]] = {}
+    for i, t in enumerate(tasks):
+        ms = best.get(t["key"])
+        g = t.get("group", i)
+        if ms is not None and (g not in fastest or ms < fastest[g][0]):
+            fastest[g] = (ms, t["key"])
+    groups = {t.get("group", i) for i, t in enumerate(tasks)}
+    return {key for _, key in fastest.values()} if fastest.keys() == groups else set()
 
 
 def create_model_job(
@@ -90,13 +113,14 @@ def create_model_job(
         "model_key": plan.source.key,
         "tasks": [
             {
-                "key": t.task.key,
-                "op": t.op,
-                "pattern": t.pattern,
+                "key": task.key,
+                "op": "fused" if task.is_custom else task.op,
+                "pattern": t.label(name),
                 "count": t.count,
                 "flops": t.flops,
+                "group": group,  # implementations of one plan task share it
             }
-            for t in plan.tasks
+            for group, t, name, task in _implementations(plan)
         ],
     }
     parent = m.Job(
@@ -114,12 +138,12 @@ def create_model_job(
     )
     session.add(parent)
     session.flush()
-    for t in plan.tasks:
-        J.commit_workload(session, t.task)
+    for *_, task in _implementations(plan):
+        J.commit_workload(session, task)
         session.add(
             m.Job(
                 owner=owner,
-                workload_key=t.task.key,
+                workload_key=task.key,
                 target_id=tid,
                 budget=trials,
                 strategy=strategy,
@@ -128,7 +152,7 @@ def create_model_job(
                 trials_done=0,
                 created_at=now,
                 updated_at=now,
-                workload_spec=t.task.spec(),
+                workload_spec=task.spec(),
                 parent_id=parent.id,
             )
         )
@@ -181,8 +205,11 @@ def model_views(session: Session, parents: Sequence[m.Job]) -> dict[int, ModelVi
             job_id, done = by_key.get((parent.id, t["key"]), (0, 0))
             ms, record_id = best.get(job_id, (None, None))
             rows.append((t, job_id, done, ms, record_id))
-        known = all(ms is not None for *_, ms, _ in rows)
-        total = sum(t["count"] * ms for t, _, _, ms, _ in rows) if known else None
+        runs = fastest_per_group(
+            parent.model["tasks"], {t["key"]: ms for t, _, _, ms, _ in rows if ms is not None}
+        )
+        counted = [(t, ms) for t, *_, ms, _ in rows if t["key"] in runs]
+        total = sum(t["count"] * ms for t, ms in counted) if runs else None
         tasks = [
             TaskView(
                 t["key"],
@@ -193,7 +220,7 @@ def model_views(session: Session, parents: Sequence[m.Job]) -> dict[int, ModelVi
                 done,
                 ms,
                 record_id,
-                t["count"] * ms / total if total else None,
+                t["count"] * ms / total if total and t["key"] in runs else None,
             )
             for t, job_id, done, ms, record_id in rows
         ]
@@ -226,7 +253,8 @@ def model_tasks(session: Session, parent_id: int) -> list[tuple[int, Any, float]
 def model_history(session: Session, parent: m.Job) -> list[J.HistoryPoint]:
     """A model job's tuning curve: one point per record of its tasks, in measurement order;
     `best_ms` is the sum over tasks of count × best so far (None until each has one)."""
-    counts = {t["key"]: t["count"] for t in parent.model["tasks"]}
+    tasks = parent.model["tasks"]
+    counts = {t["key"]: t["count"] for t in tasks}
     children = select(m.Job.id).where(m.Job.parent_id == parent.id).scalar_subquery()
     query = (
         select_records()
@@ -238,6 +266,7 @@ def model_history(session: Session, parent: m.Job) -> list[J.HistoryPoint]:
     for i, r in enumerate(fetch_records(session, query), start=1):
         if r.median_ms is not None and r.median_ms < best.get(r.workload_key, float("inf")):
             best[r.workload_key] = r.median_ms
-        total = sum(counts[k] * ms for k, ms in best.items()) if len(best) == len(counts) else None
+        runs = fastest_per_group(tasks, best)
+        total = sum(counts[k] * best[k] for k in runs) if runs else None
         points.append(J.HistoryPoint(i, r.record_id, r.status, r.median_ms, total, r.measured_at))
     return points

@@ -1,4 +1,4 @@
-"""Fixtures of the CLI tests: a fresh SQLite database per test and a small ONNX model."""
+"""Fixtures of the CLI tests: a fresh SQLite database per test and small ONNX models."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from tests.models import mlp
+from tests.models import mlp, res_block
 from tests.sqlite import fresh_sqlite
 
 
@@ -24,4 +24,11 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_sqlite: Path) -
 def mlp_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("models") / "mlp.onnx"
     onnx.save(mlp(), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def res_block_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "res_block.onnx"
+    onnx.save(res_block(), path)
     return path

@@ -25,6 +25,8 @@ from tuner.space import default_space
 
 INSPECT_FIELDS = {"model", "model_key", "inputs", "outputs", "tasks"}
 TASK_FIELDS = {"key", "op", "pattern", "shapes", "count", "flops_share", "tuned"}
+"""The contract's (shared/DESIGN.md, "Models"); beside them which implementation runs."""
+IMPLEMENTATION_FIELDS = {"implementation", "alternatives"}
 
 
 def test_inspect_json_has_the_contracts_fields(db, capsys, tmp_path: Path) -> None:
@@ -36,7 +38,9 @@ def test_inspect_json_has_the_contracts_fields(db, capsys, tmp_path: Path) -> No
     assert r["outputs"] == [{"name": "y", "shape": [1, 10], "dtype": "float32"}]
     assert r["model_key"] == load_onnx(path).key
     for t in r["tasks"]:
-        assert set(t) == TASK_FIELDS and t["tuned"] is False and t["count"] >= 1
+        assert set(t) == TASK_FIELDS | IMPLEMENTATION_FIELDS
+        assert t["tuned"] is False and t["count"] >= 1
+        assert t["implementation"] == "direct" and t["alternatives"] == []  # no 3×3 stride 1
     assert abs(sum(t["flops_share"] for t in r["tasks"]) - 1.0) < 1e-9
     assert {"max_pool2d", "dense", "fused"} <= {t["op"] for t in r["tasks"]}
 

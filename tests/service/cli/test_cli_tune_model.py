@@ -64,6 +64,37 @@ def test_tune_model_spends_one_budget_and_resumes(db, capsys, mlp_file: Path) ->
     assert sum(_records(db, keys)[0].values()) == 6
 
 
+def test_tune_model_measures_both_implementations_and_runs_the_faster(
+    db, capsys, res_block_file: Path
+) -> None:
+    """The block's two stride-1 3×3 convs are tuned directly and by Winograd; the model
+    runs, for each, whichever measured faster, and only those count in its time."""
+    code, r = run_json(capsys, "tune", "--model", str(res_block_file), "--trials", "5", *REPLAY)
+    assert code == 0 and r["correct"] is True and r["kernels"] == 3
+    tasks = {t["pattern"]: t for t in r["tasks"]}
+    assert sorted(tasks) == [
+        "conv2d+add+relu+transpose [direct]",
+        "conv2d+add+relu+transpose [winograd]",
+        "conv2d+relu [direct]",
+        "conv2d+relu [winograd]",
+        "transpose+conv2d+relu",
+    ]
+    assert all(t["trials"] == 1 and t["best_ms"] > 0 for t in tasks.values())
+    code, inspected = run_json(capsys, "model", "inspect", str(res_block_file), "--json")
+    assert code == 0 and len(inspected["tasks"]) == 3
+    for pattern in ("conv2d+relu", "conv2d+add+relu+transpose"):
+        faster = min(("direct", "winograd"), key=lambda n: tasks[f"{pattern} [{n}]"]["best_ms"])
+        (t,) = [t for t in inspected["tasks"] if t["pattern"] == pattern]
+        assert t["implementation"] == faster and t["tuned"]
+        assert t["alternatives"] == [({"direct", "winograd"} - {faster}).pop()]
+        assert t["key"] == tasks[f"{pattern} [{faster}]"]["key"]
+        slower = ({"direct", "winograd"} - {faster}).pop()
+        assert tasks[f"{pattern} [{slower}]"]["share"] is None
+    assert sum(t["share"] for t in r["tasks"] if t["share"] is not None) == pytest.approx(1.0)
+    code, ran = run_json(capsys, "run", "--model", str(res_block_file), "--json")
+    assert code == 0 and ran["correct"] is True and ran["tuned_tasks"] == 3
+
+
 def test_tune_model_from_python(db, mlp_file: Path) -> None:
     result = loomtune.tune_model(mlp_file, trials=2, database_url=db)
     assert result.trials_done == 2 and result.correct is True

@@ -111,6 +111,55 @@ def test_progress_best_and_share_per_task(sqlite_api: Api, mlp_graph: Any) -> No
     assert all(p["best_ms"] is None for p in history[:-1])  # until every task has a best
 
 
+def test_each_implementation_is_a_task_and_the_faster_counts(sqlite_api: Api) -> None:
+    """A ResNet block's 3×3 convs are tuned directly and by Winograd: both are child jobs,
+    and the model's latency and shares count, per conv, the faster one only."""
+    api = sqlite_api
+    client, worker = api.token("client"), api.token("worker")
+    wid = api.register(worker, ZEN)
+    graph = load_onnx(models.res_block())
+    job = submit_model(api, client, strip_graph(graph)).json()
+    tasks = job["model"]["tasks"]
+    plan = build_plan(graph)
+    want = [(t.label(n), task.key) for t in plan.tasks for n, task in t.implementations]
+    assert [(t["pattern"], t["key"]) for t in tasks] == want and len(tasks) == 5
+    with api.sessions.write() as s:
+        assert jobs.claim_job(s, "test-runner", 600).id == job["id"]
+        ids = [jobs.add_candidates(s, t["job_id"], [trace_of(i)])[0] for i, t in enumerate(tasks)]
+    api.call("POST", f"/v1/workers/{wid}/lease", worker, json={"max_candidates": 64})
+    # stem 1 ms; conv+relu: direct 3, winograd 2; conv+add: direct 4, winograd 5
+    ms = {p: m for p, m in zip([p for p, _ in want], [1.0, 3.0, 2.0, 4.0, 5.0])}
+    times = [ms[t["pattern"]] for t in tasks]
+    posted = api.call(
+        "POST",
+        f"/v1/workers/{wid}/results",
+        worker,
+        json={"results": [result(i, m) for i, m in zip(ids[:-1], times[:-1])]},
+    )
+    assert posted.status_code == 200, posted.text
+    # every plan task has a best once one implementation of each has one
+    total = 1.0 + 2.0 + 4.0
+    shown = api.call("GET", f"/v1/jobs/{job['id']}", client).json()
+    assert shown["best_latency_ms"] == pytest.approx(total)
+    api.call(
+        "POST",
+        f"/v1/workers/{wid}/results",
+        worker,
+        json={"results": [result(ids[-1], times[-1])]},
+    )
+    shown = api.call("GET", f"/v1/jobs/{job['id']}", client).json()
+    assert shown["best_latency_ms"] == pytest.approx(total)  # the slower Winograd is not counted
+    shares = {t["pattern"]: t["share"] for t in shown["model"]["tasks"]}
+    assert (
+        shares["conv2d+relu [direct]"] is None
+        and shares["conv2d+add+relu+transpose [winograd]"] is None
+    )
+    assert shares["conv2d+relu [winograd]"] == pytest.approx(2.0 / total)
+    assert sum(v for v in shares.values() if v is not None) == pytest.approx(1.0)
+    history = api.call("GET", f"/v1/jobs/{job['id']}/history", client).json()["points"]
+    assert history[-1]["best_ms"] == pytest.approx(total)
+
+
 def test_cancel_takes_the_tasks_along(sqlite_api: Api, mlp_graph: Any) -> None:
     api = sqlite_api
     client = api.token("client")
