@@ -365,9 +365,11 @@ def schedule_model_tasks(
     on_trial: Callable[[int, Trial], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     stop_rule: StopRuleLike | None = None,
+    groups: Sequence[int] | None = None,
 ) -> tuple[Any, int]:
     """Spend `trials` over a model's tasks with the task scheduler, each weighted by how
-    often it runs; `states` (`task_states`) are updated as results arrive and
+    often it runs (`groups`: per task, the plan task it implements; alternatives share
+    one); `states` (`task_states`) are updated as results arrive and
     `on_trial(task index, trial)` follows. The scheduler and the trials done.
 
     What is stored is where the scheduler starts: no warm-up batch for a task that has
@@ -383,6 +385,7 @@ def schedule_model_tasks(
         space_of=space_of,
         strategy=strategy,
         seed=seed,
+        groups=groups,
     )
     index = {id(s): i for i, s in enumerate(scheduled)}
     for s, state in zip(scheduled, states):
@@ -468,11 +471,11 @@ class ModelTuning:
         self.seed = seed
         self.strategy = strategy or default_strategy()
         self.database = database
-        # What is tuned: every implementation of every task (`PlanTask.implementations`).
-        tuned = [(t, name, task) for t in self.plan.tasks for name, task in t.implementations]
-        self.candidates: list[Task] = [task for *_, task in tuned]
+        tuned = self.plan.implementations()  # `groups`: the plan task each implements
+        self.candidates, self.groups = [u for *_, u in tuned], [g for g, *_ in tuned]
+        counts = [self.plan.tasks[g].count for g in self.groups]
         states = [
-            (u.key, "fused" if u.is_custom else u.op, t.label(n), t.count) for t, n, u in tuned
+            (u.key, u.op if u.opdef else "fused", s, n) for (_, s, u), n in zip(tuned, counts)
         ]
         self.tasks = task_states(database, states, self.canonical)
         self.remaining = max(0, trials - sum(t.stored for t in self.tasks))
@@ -526,6 +529,7 @@ class ModelTuning:
                 on_trial=on_trial,
                 should_stop=should_stop,
                 stop_rule=stop_rule,
+                groups=self.groups,
             )
         finally:
             if own_runner:

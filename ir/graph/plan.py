@@ -104,6 +104,10 @@ class ModelPlan:
     def flops(self) -> int:
         return sum(t.flops * t.count for t in self.tasks)
 
+    def implementations(self) -> list[tuple[int, str, Task]]:
+        """Every implementation of every task as (task index, label, task): what is tuned."""
+        return [(i, t.label(n), u) for i, t in enumerate(self.tasks) for n, u in t.implementations]
+
     def choose(self, pick: Callable[[PlanTask], str]) -> ModelPlan:
         """The plan with each task run by the implementation `pick` names for it (steps
         are unchanged: every implementation reads the same arguments)."""

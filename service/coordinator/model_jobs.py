@@ -63,7 +63,7 @@ def plan_model(doc: Any) -> Any:
         raise Invalid(
             (*LOC, "nodes"), f"the graph cannot be cut into tasks ({type(e).__name__}: {e})"
         ) from None
-    tasks = _implementations(plan)
+    tasks = plan.implementations()
     if len(tasks) > MAX_TASKS:
         raise Invalid(LOC, f"{len(tasks)} distinct tasks, more than {MAX_TASKS}")
     if not tasks:
@@ -73,12 +73,10 @@ def plan_model(doc: Any) -> Any:
     return plan
 
 
-def _implementations(plan: Any) -> list[tuple[int, Any, str, Any]]:
-    """What a model job tunes: every implementation of every task (`PlanTask.implementations`:
-    a conv directly and by Winograd), as (plan task index, plan task, implementation, task)."""
-    return [
-        (i, t, name, task) for i, t in enumerate(plan.tasks) for name, task in t.implementations
-    ]
+def task_groups(model: Mapping[str, Any]) -> list[int]:
+    """Per task of a model job, the plan task it implements (a job stored before
+    alternatives: its own index)."""
+    return [t.get("group", i) for i, t in enumerate(model["tasks"])]
 
 
 def fastest_per_group(tasks: Sequence[Mapping[str, Any]], best: Mapping[str, float]) -> set[str]:
@@ -86,13 +84,12 @@ def fastest_per_group(tasks: Sequence[Mapping[str, Any]], best: Mapping[str, flo
     before alternatives has one task per group) its implementation with the lowest `best`;
     empty unless every group has a best."""
     fastest: dict[int, tuple[float, str]] = {}
-    for i, t in enumerate(tasks):
+    groups = task_groups({"tasks": tasks})
+    for t, g in zip(tasks, groups):
         ms = best.get(t["key"])
-        g = t.get("group", i)
         if ms is not None and (g not in fastest or ms < fastest[g][0]):
             fastest[g] = (ms, t["key"])
-    groups = {t.get("group", i) for i, t in enumerate(tasks)}
-    return {key for _, key in fastest.values()} if fastest.keys() == groups else set()
+    return {key for _, key in fastest.values()} if fastest.keys() == set(groups) else set()
 
 
 def create_model_job(
@@ -115,12 +112,12 @@ def create_model_job(
             {
                 "key": task.key,
                 "op": "fused" if task.is_custom else task.op,
-                "pattern": t.label(name),
-                "count": t.count,
-                "flops": t.flops,
+                "pattern": label,
+                "count": plan.tasks[group].count,
+                "flops": plan.tasks[group].flops,
                 "group": group,  # implementations of one plan task share it
             }
-            for group, t, name, task in _implementations(plan)
+            for group, label, task in plan.implementations()
         ],
     }
     parent = m.Job(
@@ -138,7 +135,7 @@ def create_model_job(
     )
     session.add(parent)
     session.flush()
-    for *_, task in _implementations(plan):
+    for *_, task in plan.implementations():
         J.commit_workload(session, task)
         session.add(
             m.Job(

@@ -32,7 +32,7 @@ from sqlalchemy import Engine
 
 from ir.task import Task
 from service.coordinator import jobs, trust
-from service.coordinator.model_jobs import model_tasks
+from service.coordinator.model_jobs import model_tasks, task_groups
 from service.db.session import Sessions
 from service.db.store import SQLDatabase
 from tuner.database import TuningRecord
@@ -190,6 +190,8 @@ class Claimed:
     """A workload job's task; None for a model job (see `tasks`)."""
     tasks: list[tuple[int, Task, float]] = field(default_factory=list)
     """A model job's (child job id, task, weight) per distinct task."""
+    groups: list[int] | None = None
+    """A model job's plan task per task: alternatives (direct, Winograd) share one."""
 
 
 @dataclass
@@ -266,8 +268,9 @@ class JobRunnerService:
                     )
                     continue
                 target = jobs.job_target(s, job)
+                groups = task_groups(job.model) if job.model is not None else None
                 return Claimed(
-                    job_id, target, job.strategy, job.seed or 0, job.target_id, task, tasks
+                    job_id, target, job.strategy, job.seed or 0, job.target_id, task, tasks, groups
                 )
 
     def drive(self, claimed: Claimed) -> None:
@@ -377,6 +380,7 @@ class JobRunnerService:
             strategy=claimed.strategy,
             seed=claimed.seed,
             should_stop=self._stop.is_set,
+            groups=claimed.groups,
         )
         if scheduler.interrupted:
             return None

@@ -14,6 +14,13 @@ batch at a time:
   `epsilon` a random task instead, so no task starves on a bad estimate.
 A task whose space is exhausted gets nothing more.
 
+Tasks may be alternatives — implementations of one computation, a model's conv
+directly and by Winograd (`groups`): only the fastest of a group counts in the
+total. The fastest's gradient is as above; another's is what it is expected to
+drop below the group's best over the next `window` trials, per trial
+(`w · max(0, drop − gap / window)`), so an implementation well behind that has
+stopped improving gets no more than the random share.
+
 The tasks' searches share one cost model (`scheduled_tasks`), as MetaSchedule's
 task scheduler does: a matmul's results teach the dense search what a good
 GEMM tile looks like, so a task starts guided from its first batch rather
@@ -45,6 +52,8 @@ class ScheduledTask:
     strategy: SearchStrategy
     run: TuneRun = field(default_factory=lambda: TuneRun(trials=0))
     exhausted: bool = False
+    group: int | None = None
+    """Tasks of one group are alternatives: only the fastest counts (None: its own)."""
 
     @property
     def best(self) -> float | None:
@@ -59,13 +68,16 @@ def scheduled_tasks(
     space_of: Callable[[Task], DesignSpace],
     strategy: str,
     seed: int,
+    groups: Sequence[int] | None = None,
 ) -> list[ScheduledTask]:
-    """The (task, weight) pairs of one scheduler run, each with its search; the searches share one cost model."""
+    """The (task, weight) pairs of one scheduler run, each with its search; the searches
+    share one cost model. `groups`: per task, which alternatives it is one of."""
     model = XGBCostModel(seed=seed)
     out = []
-    for task, weight in tasks:
+    for i, (task, weight) in enumerate(tasks):
         context = SearchContext(task, target, space_of(task), database, cost_model=model)
-        out.append(ScheduledTask(task, weight, make_strategy(strategy, context, seed)))
+        group = groups[i] if groups is not None else None
+        out.append(ScheduledTask(task, weight, make_strategy(strategy, context, seed), group=group))
     return out
 
 
@@ -92,8 +104,11 @@ def weighted_latency(tasks: Sequence[ScheduledTask]) -> float | None:
     return float(sum(t.weight * t.best for t in tasks))  # type: ignore[operator]
 
 
-def gradient(history: Sequence[float | None], weight: float, window: int) -> float:
-    """Expected drop of weight * best per trial (larger is more promising), from a best-so-far history."""
+def gradient(
+    history: Sequence[float | None], weight: float, window: int, ahead: float | None = None
+) -> float:
+    """Expected drop of weight * best per trial (larger is more promising), from a best-so-far
+    history; `ahead`: the best of a faster alternative, which this one must first get below."""
     h = history
     if not h or h[-1] is None:
         return float("inf")  # nothing correct yet: its latency is unknown, fix that first
@@ -101,7 +116,23 @@ def gradient(history: Sequence[float | None], weight: float, window: int) -> flo
     past = h[-window - 1] if len(h) > window else h[0]
     recent = (past - best) / min(window, len(h)) if past is not None else 0.0
     optimistic = best / len(h)
-    return weight * max(recent, 0.0) + weight * optimistic * 0.1
+    drop = max(recent, 0.0) + optimistic * 0.1
+    if ahead is not None and ahead < best:
+        drop = max(0.0, drop - (best - ahead) / window)
+    return weight * drop
+
+
+def _ahead(histories: Sequence[Sequence[float | None]], groups: Sequence[int | None]) -> list:
+    """Per task: the best of the fastest other task of its group (None: no group, or none)."""
+    out: list[float | None] = []
+    for i, g in enumerate(groups):
+        others = [
+            h[-1]
+            for j, h in enumerate(histories)
+            if j != i and g is not None and groups[j] == g and h and h[-1] is not None
+        ]
+        out.append(min(others) if others else None)
+    return out
 
 
 def pick_task(
@@ -111,8 +142,10 @@ def pick_task(
     config: SchedulerConfig,
     turn: int,
     rng: random.Random,
+    groups: Sequence[int | None] | None = None,
 ) -> int | None:
-    """Which of the `live` tasks gets the next batch, from their best-so-far histories alone.
+    """Which of the `live` tasks gets the next batch, from their best-so-far histories alone
+    (`groups`: per task, which alternatives it is one of).
 
     A pure decision (the rng aside), so it can be replayed over recorded tuning
     curves (`benchmarks/scheduler_replay.py`) as well as drive `TaskScheduler`.
@@ -124,7 +157,10 @@ def pick_task(
         return untried[0] if untried else live[turn % len(live)]
     if rng.random() < config.epsilon:
         return rng.choice(list(live))
-    return max(live, key=lambda i: (gradient(histories[i], weights[i], config.window), -i))
+    ahead = _ahead(histories, groups if groups is not None else [None] * len(histories))
+    return max(
+        live, key=lambda i: (gradient(histories[i], weights[i], config.window, ahead[i]), -i)
+    )
 
 
 class TaskScheduler:
@@ -154,9 +190,8 @@ class TaskScheduler:
     def _next(self, turn: int) -> int | None:
         live = [i for i, t in enumerate(self.tasks) if not t.exhausted]
         histories = [t.run.history for t in self.tasks]
-        return pick_task(
-            histories, [t.weight for t in self.tasks], live, self.config, turn, self.rng
-        )
+        weights, groups = [t.weight for t in self.tasks], [t.group for t in self.tasks]
+        return pick_task(histories, weights, live, self.config, turn, self.rng, groups)
 
     def run(
         self,

@@ -11,6 +11,8 @@ from tuner.search.task_scheduler import (
     ScheduledTask,
     SchedulerConfig,
     TaskScheduler,
+    gradient,
+    pick_task,
     scheduled_tasks,
     weighted_latency,
 )
@@ -77,6 +79,22 @@ def test_gradient_spends_where_weighted_latency_drops() -> None:
     assert tasks[1].run.trials_done == 4
     assert tasks[0].run.trials_done + tasks[2].run.trials_done == 44
     assert scheduler.order[:3] == [0, 1, 2]  # warm-up: one batch each
+
+
+def test_an_alternative_well_behind_that_stopped_improving_gets_no_gradient() -> None:
+    """Only the fastest of a group counts: the other must first get below it."""
+    stalled = [5.0] * 40  # best 5 ms, nothing gained over the window
+    improving = [9.0 - 0.1 * i for i in range(40)]  # 5.1 ms, dropping 0.1 ms per trial
+    assert gradient(stalled, 1.0, 32) > 0  # alone: the optimistic share
+    assert gradient(stalled, 1.0, 32, ahead=2.0) == 0.0  # 3 ms behind, not moving
+    assert gradient(improving, 1.0, 32, ahead=5.0) > 0.0  # close and dropping fast
+    assert gradient(stalled, 1.0, 32, ahead=6.0) == gradient(stalled, 1.0, 32)  # it leads
+    fast, slow, other = [2.0] * 40, stalled, [1.0] * 40
+    config = SchedulerConfig(epsilon=0.0)
+    rng = __import__("random").Random(0)
+    histories, weights = [fast, slow, other], [1.0, 1.0, 1.0]
+    assert pick_task(histories, weights, [1, 2], config, 0, rng) == 1  # apart: slow's share
+    assert pick_task(histories, weights, [1, 2], config, 0, rng, [0, 0, 1]) == 2  # grouped
 
 
 def test_unknown_policy_is_refused() -> None:
