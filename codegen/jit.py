@@ -33,6 +33,7 @@ from pathlib import Path
 import llvmlite.binding as llvm
 
 from codegen import threadpool
+from codegen.heap import keep_scratch_in_heap
 from codegen.host import host_cpu_disabled_features, host_cpu_name, host_target
 from ir.errors import LoomtuneError
 from ir.target import Target
@@ -453,6 +454,7 @@ def compile_ir(
     options; the :data:`CACHE_SIZE` most recently used modules are kept.
     Failures are not cached.
     """
+    keep_scratch_in_heap()  # before any kernel runs in this process
     options = _Options(opt_level, loop_vectorize, slp_vectorize)
     key = (hashlib.sha256(ir_text.encode()).hexdigest(), target.canonical(), options)
     with _CACHE_LOCK:
