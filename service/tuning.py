@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -305,29 +304,6 @@ class ModelTuneResult:
         return self.check.onnxruntime_ms if self.check is not None else None
 
 
-def stored_trials(database: Database, keys: Sequence[str], target: str) -> dict[str, int]:
-    """Records per workload key on `target` (every status): the trials already spent."""
-    from service.db.store import SQLDatabase
-
-    if isinstance(database, SQLDatabase):
-        from sqlalchemy import func, select
-
-        from service.db import models as m
-
-        query = (
-            select(m.Record.workload_key, func.count())
-            .join(m.Target, m.Target.id == m.Record.target_id)
-            .where(m.Target.canonical == target, m.Record.workload_key.in_(list(keys)))
-            .group_by(m.Record.workload_key)
-        )
-        with database.sessions() as session:
-            counts = {k: int(n) for k, n in session.execute(query)}
-    else:  # InMemoryDatabase (tests): no query language, but its records are at hand
-        records = getattr(database, "_records", {}).values()
-        counts = dict(Counter(r.workload_key for r in records if r.target == target))
-    return {k: counts.get(k, 0) for k in keys}
-
-
 def _best_ms(database: Database, key: str, target: str) -> float | None:
     """The stored best's time: its finalists' re-timing when it won one, else its median."""
     best = database.best(key, target)
@@ -344,7 +320,7 @@ def task_states(
 ) -> list[ModelTaskState]:
     """The state of each (key, op, pattern, count) of a model on `target`: the trials stored
     for it and its stored best."""
-    stored = stored_trials(database, [key for key, *_ in tasks], target)
+    stored = database.record_counts([key for key, *_ in tasks], target)
     return [
         ModelTaskState(key, op, pattern, count, stored[key], _best_ms(database, key, target))
         for key, op, pattern, count in tasks
@@ -425,6 +401,10 @@ TAIL_S_PER_TASK = 1.0
 """Of those, seconds per task (per thread count in the choice: twice above one thread) that
 re-timing leaves for what follows it — deciding thread counts, compiling the model — which
 ran 4–22 s past an 18- or 12-minute budget on an Intel VM (docs/decisions.md, Models)."""
+
+
+RETIME_MARGIN = 1.1
+"""An implementation more than this far behind its plan task's fastest is not re-timed."""
 
 
 class ModelTuning:
@@ -559,8 +539,7 @@ class ModelTuning:
         from service.model import check_model, compile_model
 
         by_share = sorted(
-            zip(self.candidates, self.tasks),
-            key=lambda pair: -(pair[1].count * (pair[1].best_ms or 0.0)),
+            self._contenders(), key=lambda pair: -(pair[1].count * (pair[1].best_ms or 0.0))
         )
         tail = self._tail_seconds()
         for task, state in by_share:
@@ -615,6 +594,20 @@ class ModelTuning:
             schedules,
             result,
         )
+
+    def _contenders(self) -> list[tuple[Task, ModelTaskState]]:
+        """The implementations whose finalists are worth re-timing: those within
+        `RETIME_MARGIN` of their plan task's fastest (re-timing a well-beaten alternative
+        cannot change what the model runs, and would spend the finishing budget)."""
+        fastest: dict[int, float] = {}
+        for g, state in zip(self.groups, self.tasks):
+            if state.best_ms is not None:
+                fastest[g] = min(fastest.get(g, state.best_ms), state.best_ms)
+        return [
+            (task, state)
+            for task, state, g in zip(self.candidates, self.tasks, self.groups)
+            if state.best_ms is None or state.best_ms <= RETIME_MARGIN * fastest[g]
+        ]
 
     def _stop_reason(self) -> str:
         done = sum(t.trials_done for t in self.tasks)

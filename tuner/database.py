@@ -23,6 +23,7 @@ import math
 import statistics
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -317,6 +318,9 @@ class Database(Protocol):
         Fastest first; the search seeds other parameters from these (`--repair`).
         """
 
+    def record_counts(self, keys: Sequence[str], target: str) -> dict[str, int]:
+        """Records per workload key on the target, every status: the trials spent on each."""
+
     def other_thread_counts(self, workload_key: str, target: str) -> list[str]:
         """The targets with the target's CPU and features at another thread count that
         have ok records of the workload: nearest thread count first (ties: fewer threads).
@@ -443,6 +447,11 @@ class InMemoryDatabase:
             if chosen is not None:
                 best[key] = self._records[chosen.record_id]
         return sorted(best.values(), key=_rank)[: max(limit, 0)]
+
+    def record_counts(self, keys: Sequence[str], target: str) -> dict[str, int]:
+        with self._lock:
+            counts = Counter(r.workload_key for r in self._records.values() if r.target == target)
+        return {k: counts.get(k, 0) for k in keys}
 
     def other_thread_counts(self, workload_key: str, target: str) -> list[str]:
         with self._lock:

@@ -393,6 +393,17 @@ class SQLDatabase:
             query = query.where(m.Workload.key != exclude_workload_key)
         return self._records(query.order_by(*_BY_MEDIAN).limit(limit))
 
+    def record_counts(self, keys: Sequence[str], target: str) -> dict[str, int]:
+        query = (
+            select(m.Record.workload_key, func.count())
+            .join(m.Target, m.Target.id == m.Record.target_id)
+            .where(m.Target.canonical == target, m.Record.workload_key.in_(list(keys)))
+            .group_by(m.Record.workload_key)
+        )
+        with self.sessions() as session:
+            counts = {k: int(n) for k, n in session.execute(query)}
+        return {k: counts.get(k, 0) for k in keys}
+
     def other_thread_counts(self, workload_key: str, target: str) -> list[str]:
         # The targets of the same CPU name with ok records of the workload (a handful),
         # compared whole in Python: the features are a JSON list, which neither

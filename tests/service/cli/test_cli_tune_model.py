@@ -154,3 +154,23 @@ def test_a_time_budget_bounds_tuning_and_finishing(db, mlp_file: Path) -> None:
     measured = sorted(t.pattern for t in result.tasks if t.trials_done)
     assert measured and sorted(tuning.not_retimed) == measured
     assert result.correct is True and all(t.best_ms for t in result.tasks if t.trials_done)
+
+
+def test_finishing_re_times_only_implementations_that_could_run(db, res_block_file: Path) -> None:
+    """An alternative more than `RETIME_MARGIN` behind its plan task's fastest is not
+    re-timed: its finalists cannot change what the model runs."""
+    from service.tuning import RETIME_MARGIN, ModelTuning
+
+    tuning = ModelTuning(res_block_file, trials=0, database=open_database(db))
+    by_label = {s.pattern: s for s in tuning.tasks}
+    assert len(by_label) == 5 and tuning.groups == [0, 1, 1, 2, 2]
+    for label, ms in {
+        "transpose+conv2d+relu": 1.0,
+        "conv2d+relu [direct]": 2.0,
+        "conv2d+relu [winograd]": 2.0 * RETIME_MARGIN * 1.01,  # behind: not re-timed
+        "conv2d+add+relu+transpose [direct]": 3.0,
+        "conv2d+add+relu+transpose [winograd]": 3.0 * RETIME_MARGIN * 0.99,  # close: re-timed
+    }.items():
+        by_label[label].best_ms = ms
+    kept = sorted(state.pattern for _, state in tuning._contenders())
+    assert kept == sorted(set(by_label) - {"conv2d+relu [winograd]"})
