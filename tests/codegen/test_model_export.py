@@ -24,7 +24,7 @@ from ir.graph.interpret import run_graph
 from ir.graph.plan import build_plan
 from service.model import sample_inputs
 from tests.codegen.model_export_kit import C_FLAGS, build_runner, run_library, within_tolerance
-from tests.models import conv_net, encoder_layer, mlp
+from tests.models import conv_net, encoder_layer, mlp, res_block
 
 pytestmark = pytest.mark.skipif(
     shutil.which("cc") is None or shutil.which("readelf") is None or shutil.which("nm") is None,
@@ -133,6 +133,26 @@ def test_integer_inputs_and_outputs_that_are_inputs_or_weights(tmp_path: Path) -
     assert "int edge_run_arena(void* arena, const float* arg0, float* same, float* arg2, " in header
     assert "arg0  input   float32[2][3]  (value 'onnx::x')" in header
     assert "arg2  output  float32[2][3]  (value 'arena')" in header
+
+
+def test_a_winograd_conv_exports_with_its_weight_transformed_at_load(tmp_path: Path) -> None:
+    """The library runs what the plan chose: the block's convs by Winograd, their U
+    (4×4 per channel pair, from G g Gᵀ) embedded instead of the 3×3 weights."""
+    path = _save(res_block(), tmp_path / "res.onnx")
+    plan = build_plan(load_onnx(path)).choose(lambda t: "winograd")
+    assert sum(t.implementation == "winograd" for t in plan.tasks) == 2
+    lib = tmp_path / "libres.so"
+    done = export_model(plan, host_target(1), name="res", output=lib, source=path.name)
+    direct = export_model(
+        build_plan(load_onnx(path)), host_target(1), name="resd", output=tmp_path / "libresd.so"
+    )
+    assert done.weight_bytes - direct.weight_bytes == 2 * (16 - 9) * 8 * 8 * 4
+    inputs, types, refs = _io(path)
+    outputs = run_library(
+        tmp_path, build_runner(tmp_path, lib, "res", (inputs, types)), inputs, types
+    )
+    for out, ref in zip(outputs, refs):
+        within_tolerance(out, ref)
 
 
 def test_two_models_in_one_program_and_the_header_in_cpp(tmp_path: Path) -> None:
