@@ -55,7 +55,7 @@ class Schedules:
     programs: Mapping[str, Program]
     problems: tuple[str, ...] = field(default=())  # records found but not replayable
     borrowed: frozenset[str] = field(default=frozenset())  # from another thread count
-    times: Mapping[str, float] = field(default_factory=dict)  # the used record's median
+    times: Mapping[str, float] = field(default_factory=dict)  # its re-timing, else its median
 
     def tuned(self, key: str) -> bool:
         return key in self.programs
