@@ -145,8 +145,9 @@ def _export_model(args: argparse.Namespace) -> int:
     check_model_request(name, args.output)  # a refused export prints only its error
     start = time.perf_counter()
     graph = load_graph(args.model)
-    schedules = stored_schedules(build_plan(graph), target.canonical())
-    plan = schedules.choose(build_plan(graph))
+    plan = build_plan(graph)
+    schedules = stored_schedules(plan, target.canonical())
+    plan = schedules.choose(plan)  # each task by its fastest stored implementation
     for problem in schedules.problems:
         log(f"warning: {problem}")
     _log_target(target)
