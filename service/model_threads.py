@@ -1,58 +1,43 @@
 """At more than one thread, which schedule each task of a model runs: decided in the model.
 
-Tuning times a kernel back to back: the same call again and again, the pool's workers
-hot, its data in their caches. In a model a kernel follows other kernels, its inputs
-written by one core or by both, and its time moves with that: on a znver4 VM one
-depthwise task's serial 1-thread schedule took 64 µs per call among serial neighbours
-and 150 µs among parallel ones (docs/decisions.md, Models). So after tuning a model at
-more than one thread, every task with both a best of the target's own and a different
-best tuned at fewer threads is decided inside the model: two builds, alternating
-rounds, each kernel call timed (`codegen.model_profile`) — first every such task
-switched from its reigning schedule (what `service.model` picks today) to the other,
-then only the switches that won, among reigning neighbours. A switch stands where the
-other schedule was `MARGIN` faster both times. The decision is the target's final
-choice, its in-model time the re-timed median: the fewer-thread schedule's record on
-this target (stored from these in-model times when the target has none), or the
-target's own; `service.model` builds from the final choice."""
+Inside a model a kernel's time moves with its company: on a znver4 VM one depthwise task's
+serial 1-thread schedule took 64 µs per call among serial neighbours and 150 µs among
+parallel ones (docs/decisions.md, Models). So after tuning a model at more than one
+thread, every task with both a best of the target's own and a different best tuned at
+fewer threads is decided inside the model (`service.in_model`: two builds, alternating
+rounds) — first every such task switched from its reigning schedule (what
+`service.model` picks today) to the other, then only the switches that won, among
+reigning neighbours. A switch stands where the other schedule was `MARGIN` faster both
+times. The decision is the target's final choice, its in-model time the re-timed median:
+the fewer-thread schedule's record on this target (stored from these in-model times when
+the target has none), or the target's own; `service.model` builds from the final choice."""
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from codegen.host import llvm_version
 from codegen.model import CompiledModel
-from codegen.model_profile import task_times_ms
 from ir.errors import LoomtuneError
 from ir.graph.plan import ModelPlan, PlanTask
 from ir.program import Program
 from ir.target import Target
 from ir.task import schedule_keys
+from service.in_model import alternate, commit_in_model
 from service.model import best_record, fewer_thread_best, stored_schedules
 from tuner.database import Database, TuningRecord, median_of
-from tuner.runner import MeasureResult
-from tuner.search.loop import make_record
 from tuner.trace.errors import TraceError
 from tuner.trace.trace import Trace
 
 MARGIN = 0.03
 """How much faster in the model the other schedule must be to replace the reigning one."""
 
-PROFILE_S = 2.0
-"""About how long the alternating rounds take in all (at least MIN_ROUNDS of each build)."""
-MIN_ROUNDS, MAX_ROUNDS = 5, 41
-
-WORKER = "model profile"
-"""The worker label of a record stored from in-model times."""
-
 
 @dataclass(frozen=True)
 class ThreadChoice:
-    """One task's decision: each schedule's median time inside the model (ms per inference)."""
+    """One task's decision: each schedule's median time per call inside the model (ms)."""
 
     key: str
     pattern: str
@@ -106,9 +91,9 @@ def settle_thread_counts(
     # time, so a switch stands only where it wins in that company too.
     reigning = build(set())
     everything = {p.plan_task.task.key for p in pairs}
-    first = _alternate(reigning, build(everything))
+    first = alternate(reigning, build(everything))
     wins = _winners(first, everything)
-    second = _alternate(reigning, build(wins)) if wins else first
+    second = alternate(reigning, build(wins)) if wins else first
     kept = _winners(second, wins)
     choices = []
     for p in pairs:
@@ -156,23 +141,6 @@ def _pairs(plan: ModelPlan, canonical: str, database: Database) -> list[_Pair]:
     return out
 
 
-def _alternate(
-    reigning: CompiledModel, challenger: CompiledModel
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Per task key, its in-model time in each round of each build (alternating)."""
-    start = time.perf_counter()
-    first = (task_times_ms(reigning, rounds=1), task_times_ms(challenger, rounds=1))
-    per_round = (time.perf_counter() - start) / 2  # each call warms with one inference too
-    rounds = max(MIN_ROUNDS, min(MAX_ROUNDS, math.ceil(PROFILE_S / max(per_round, 1e-6) / 2)))
-    out: tuple[dict[str, list[float]], dict[str, list[float]]] = ({}, {})
-    for r in range(rounds):
-        for model, times, seen in zip((reigning, challenger), out, first):
-            got = seen if r == 0 else task_times_ms(model, rounds=1)
-            for key, ms in got.items():
-                times.setdefault(key, []).append(ms)
-    return out
-
-
 def _commit(
     database: Database,
     canonical: str,
@@ -185,21 +153,7 @@ def _commit(
     """Commit the decision; whether the fewer-thread schedule is now the final choice (not
     when its trace failed on this target before: that record stands)."""
     task = pair.plan_task.task
-    if take_fewer:
-        record = database.find_record(task.key, canonical, pair.fewer.trace_hash)
-        if record is None:
-            result = MeasureResult(
-                "ok",
-                tuple(fewer_ms),
-                worker=WORKER,
-                llvm_version=llvm_version(),
-                message=f"timed inside model {model_name}".rstrip(),
-            )
-            record = make_record(task, canonical, Trace.from_json(pair.fewer.trace), result)
-            if not database.commit_record(record):
-                take_fewer = False
-        if take_fewer:
-            database.commit_final(task.key, canonical, record.record_id, median_of(fewer_ms))
-            return True
-    database.commit_final(task.key, canonical, pair.own.record_id, median_of(own_ms))
+    if take_fewer and commit_in_model(database, canonical, task, pair.fewer, fewer_ms, model_name):
+        return True
+    commit_in_model(database, canonical, task, pair.own, own_ms)
     return False

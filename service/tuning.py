@@ -26,6 +26,7 @@ from ir.graph.plan import ModelPlan
 from ir.target import Target
 from ir.task import Task
 from service.model import ModelCheck, Schedules, choose_fastest
+from service.model_implementations import ImplementationChoice, settle_implementations
 from service.model_threads import ThreadChoice, settle_thread_counts
 from tuner.database import Database, TuningRecord
 from tuner.runner import Runner
@@ -467,6 +468,8 @@ class ModelTuning:
         self.thread_choices: list[ThreadChoice] = []
         """Above one thread: each task's in-model choice between its own and a fewer-thread
         best (`service.model_threads`), made by `finish`."""
+        self.implementation_choices: list[ImplementationChoice] = []
+        """Each task with several tuned implementations: which ran faster in the model."""
         self.not_retimed: list[str] = []
         """Patterns of the tasks this run measured whose finalists the budget left un-timed."""
 
@@ -533,10 +536,11 @@ class ModelTuning:
     def finish(self, *, check: bool = True, timing: bool = True) -> ModelTuneResult:
         """Re-time the finalists of every task this run measured (the database's best from
         then on) — the largest shares of the model's time first, while the time budget
-        lasts — above one thread decide each task's thread count in the model
-        (`service.model_threads`), compile the model with the best schedules, and (`check`)
+        lasts — decide in the model each task's thread count above one thread
+        (`service.model_threads`), then its implementation where it has several
+        (`service.model_implementations`), compile the model with the best schedules, and (`check`)
         verify it and time it against ONNX Runtime."""
-        from service.model import check_model, compile_model
+        from service.model import check_model, compile_model, sample_inputs
 
         by_share = sorted(
             self._contenders(), key=lambda pair: -(pair[1].count * (pair[1].best_ms or 0.0))
@@ -560,18 +564,13 @@ class ModelTuning:
                 )
         timed = {s.key: _best_ms(self.database, s.key, self.canonical) for s in self.tasks}
         self.plan = choose_fastest(self.plan, timed.get)
-        if self.target.num_threads > 1:
-            from service.model import sample_inputs
-
-            self.thread_choices = settle_thread_counts(
-                self.plan,
-                self.target,
-                self.database,
-                sample_inputs(self.graph),
-                model_name=os.path.basename(self.path),
-            )
+        inputs, name = sample_inputs(self.graph), os.path.basename(self.path)
+        decide = (self.plan, self.target, self.database, inputs)
+        self.thread_choices = settle_thread_counts(*decide, model_name=name)
+        self.implementation_choices = settle_implementations(*decide, model_name=name)
         for state in self.tasks:
             state.best_ms = _best_ms(self.database, state.key, self.canonical)
+        self.plan = choose_fastest(self.plan, {s.key: s.best_ms for s in self.tasks}.get)
         run = {t.task.key for t in self.plan.tasks}  # the implementations the model runs
         _shares([s for s in self.tasks if s.key in run])
         model, schedules = compile_model(self.plan, self.target, database=self.database)

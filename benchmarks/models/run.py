@@ -153,6 +153,11 @@ def tune_first(
             f"in the model {len(fewer)} of {len(state.thread_choices)} task(s) run their "
             f"fewer-thread best: {', '.join(fewer) or '-'}"
         )
+    for c in state.implementation_choices:
+        log(
+            f"in the model {c.pattern}: {c.reigning} {c.reigning_ms:.3g} ms, "
+            f"{c.challenger} {c.challenger_ms:.3g} ms per call"
+        )
     if state.not_retimed:
         log(f"the budget left {len(state.not_retimed)} task(s) without a finalists' re-time")
     return {

@@ -265,6 +265,10 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
             log(f"stopped: {tuning.stopped_by}")
     log(f"compiling {len(tuning.tasks)} tasks with their best schedules; {timing_note()}")
     outcome = tuning.finish()
+    for c in tuning.implementation_choices:
+        won, lost = (c.challenger, c.reigning) if c.switched else (c.reigning, c.challenger)
+        times = sorted((c.reigning_ms, c.challenger_ms))
+        log(f"{c.pattern}: {won} in the model, {times[0]:.3g} ms vs {lost} {times[1]:.3g} ms")
     for problem in outcome.schedules.problems:
         log(f"warning: {problem}")
     result = run_fields(

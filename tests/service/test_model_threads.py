@@ -13,8 +13,9 @@ from codegen.host import host_target
 from frontend.onnx import load_onnx
 from ir.graph.plan import ModelPlan, build_plan
 from service import model_threads
+from service.in_model import WORKER
 from service.model import sample_inputs, stored_schedules
-from service.model_threads import WORKER, challenger_wins, settle_thread_counts
+from service.model_threads import challenger_wins, settle_thread_counts
 from tests.models import mlp
 from tuner.database import InMemoryDatabase, TuningRecord
 from tuner.space import default_space
