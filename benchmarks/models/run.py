@@ -45,6 +45,7 @@ BATCH_MS = 200.0
 after an idle pause met a sleeping second vCPU (MobileNetV2 at 2 threads 4.4–9.7 ms per
 single call, 3.2 ms back to back)."""
 RSS_TIMEOUT_S = 1800.0
+PROGRESS_S = 120.0  # how often model tuning logs its progress
 
 
 def onnxruntime_session(path: str | os.PathLike, threads: int) -> Any:
@@ -145,7 +146,24 @@ def tune_first(
     )
     stored = tuning.trials - state.remaining
     log(f"tuning {Path(path).name} for up to {minutes:g} min in all ({stored} trials stored)")
-    done = state.tune()
+    last = [start]
+
+    def progress(_task: int, _trial: Any) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= PROGRESS_S:
+            last[0] = now
+            fastest: dict[int, float] = {}  # per plan task, its fastest implementation's best
+            for g, t in zip(state.groups, state.tasks):
+                if t.best_ms is not None:
+                    ms = t.count * t.best_ms
+                    fastest[g] = min(fastest.get(g, ms), ms)
+            trials = sum(t.trials_done for t in state.tasks)
+            log(
+                f"  {now - start:.0f} s: {trials} trials, tuned kernels sum to "
+                f"{sum(fastest.values()):.3g} ms ({len(fastest)} of {len(state.plan.tasks)} tasks)"
+            )
+
+    done = state.tune(on_trial=progress)
     state.finish(check=False)
     fewer = [c.pattern for c in state.thread_choices if c.fewer]
     if state.thread_choices:
