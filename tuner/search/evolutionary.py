@@ -88,7 +88,10 @@ class EvolutionaryConfig:
             one structural choice changed (`_variants_of_best`).
         early_batch: most traces per batch while the workload has fewer than
             `early_samples` results (`_propose_early`).
-        early_pool: fresh samples the model picks an early batch from.
+        early_pool: fresh samples the model picks the first early batch from; later early
+            batches pick from what the earlier ones left (at most `early_pool`) and
+            `early_refill` new samples.
+        early_refill: fresh samples added to that pool per early batch after the first.
         early_samples: results of this workload (stored or measured by this search) after
             which it evolves full batches; a search seeded from other shapes evolves at once.
         processes: processes that make and featurize children
@@ -108,6 +111,7 @@ class EvolutionaryConfig:
     best_variants: int = 2
     early_batch: int = 8
     early_pool: int = 128
+    early_refill: int = 32
     early_samples: int = 64
     processes: int | None = None
 
@@ -150,6 +154,7 @@ class EvolutionaryStrategy:
         )
         self.proposed: set[str] = set()
         self._expanded: set[str] = set()  # best traces whose structural variants were queued
+        self._early_left: list[Trace] = []  # an early batch's candidates not proposed
         self._variants: list[Trace] = []
         self.measured: dict[str, tuple[Trace, float]] = {}  # hash -> (trace, latency) of ok results
         self._features: dict[str, np.ndarray | None] = {}
@@ -534,15 +539,22 @@ class EvolutionaryStrategy:
         first batch's best few, and where those lie far from the good region the early
         batches stall around them while random samples keep finding better ones. Its ranking
         of fresh samples is already better than chance, and it sharpens with every batch:
-        small batches from a large pool use it best.
+        small batches from a large pool use it best. The pool is kept from batch to batch,
+        re-ranked by the updated model and topped up with `early_refill` new samples: a
+        model's tasks spend all their trials in early batches, and sampling and featurizing
+        128 candidates per 8 measured was most of their tuning time.
         """
         cfg = self.config
         out = self._variants_of_best(min(cfg.best_variants, n))
-        candidates = [
-            t for t in self._children([None] * cfg.early_pool) if self._feature(t) is not None
+        left = [t for t in self._early_left if self._is_new(t)]
+        fresh = max(cfg.early_refill, cfg.early_pool - len(left))
+        candidates = left + [
+            t for t in self._children([None] * fresh) if self._feature(t) is not None
         ]
         ranked = sorted(zip(self._score(candidates), range(len(candidates))), key=lambda si: -si[0])
-        out += self._take_new([candidates[i] for _, i in ranked], n - len(out))
+        order = [candidates[i] for _, i in ranked]
+        out += self._take_new(order, n - len(out))
+        self._early_left = [t for t in order if self._is_new(t)][: cfg.early_pool]
         return self._fresh(out, n)
 
     def _seeds_first(self, n: int, room: int) -> list[Trace]:

@@ -416,13 +416,16 @@ def test_the_best_trace_has_its_structural_variants_measured_once() -> None:
 
 def test_early_batches_are_the_models_top_picks_among_many_fresh_samples() -> None:
     """Until the model has `early_samples` results a batch is `early_batch` traces, the
-    model's best-scored among `early_pool` fresh samples (no mutants); then full batches."""
+    model's best-scored among `early_pool` fresh samples (no mutants), later among what the
+    earlier batches left and `early_refill` new ones; then full batches."""
     from tuner.search.evolutionary import EvolutionaryConfig
 
     task = library_task("matmul", {"m": 96, "n": 80, "k": 48})
     runner = SimulatedRunner()
     ctx = SearchContext(task, TARGET, SimpleSpace(task.program), InMemoryDatabase())
-    config = EvolutionaryConfig(early_batch=6, early_pool=40, early_samples=28, best_variants=0)
+    config = EvolutionaryConfig(
+        early_batch=6, early_pool=40, early_refill=10, early_samples=28, best_variants=0
+    )
     strategy = EvolutionaryStrategy(ctx, 3, config)
     made: list[list] = []
     make = strategy.pool.children
@@ -435,19 +438,24 @@ def test_early_batches_are_the_models_top_picks_among_many_fresh_samples() -> No
     first = strategy.propose(16)
     assert len(first) == 16  # nothing to learn from yet: random samples
     strategy.observe(first, [runner.measure(task, t) for t in first])
+    sizes = []
     while strategy.model.samples < config.early_samples:
         made.clear()
+        left = list(strategy._early_left)
         batch = strategy.propose(16)
         assert len(batch) == 6
         assert all(job.parent is None for jobs in made for job in jobs)  # fresh samples only
-        pool = [t for t, _ in make(made[0])]  # the same seeds make the same samples
-        assert len(made[0]) == 40
-        new = [t for t in pool if t is not None]
-        scores = dict(zip((t.hash for t in new), strategy._score(new)))
+        sizes.append(len(made[0]))
+        new = [t for t, _ in make(made[0]) if t is not None]  # the same seeds, the same samples
+        pool = left + new
+        scores = dict(zip((t.hash for t in pool), strategy._score(pool)))
         picked = sorted(scores[t.hash] for t in batch)
         assert picked[0] >= sorted(v for h, v in scores.items() if h not in strategy.measured)[-6]
+        kept = {t.hash for t in strategy._early_left}
+        assert len(kept) <= 40 and not kept & {t.hash for t in batch}
         strategy.observe(batch, [runner.measure(task, t) for t in batch])
         first += batch
+    assert sizes[0] == 40 and sizes[1:] and all(n < 40 for n in sizes[1:])  # topped up after
     made.clear()
     assert len(strategy.propose(16)) == 16
     assert any(job.parent is not None for jobs in made for job in jobs)  # evolving now
