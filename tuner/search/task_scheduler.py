@@ -29,11 +29,15 @@ than after its own first 16 results.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ir.expr import Const
+from ir.program import Program
+from ir.schedule.state import all_blocks
 from ir.task import Task
 from tuner.cost_model.model import XGBCostModel
 from tuner.database import Database
@@ -54,6 +58,8 @@ class ScheduledTask:
     exhausted: bool = False
     group: int | None = None
     """Tasks of one group are alternatives: only the fastest counts (None: its own)."""
+    priority: float = 0.0
+    """Untried tasks are tried highest first: weight × iterations (`iterations`)."""
 
     @property
     def best(self) -> float | None:
@@ -77,8 +83,21 @@ def scheduled_tasks(
     for i, (task, weight) in enumerate(tasks):
         context = SearchContext(task, target, space_of(task), database, cost_model=model)
         group = groups[i] if groups is not None else None
-        out.append(ScheduledTask(task, weight, make_strategy(strategy, context, seed), group=group))
+        search = make_strategy(strategy, context, seed)
+        priority = weight * iterations(task.program)
+        out.append(ScheduledTask(task, weight, search, group=group, priority=priority))
     return out
+
+
+def iterations(program: Program) -> int:
+    """How many block instances `program` runs: its blocks' iteration spaces summed, a
+    proxy for its work that any task has (a model's fused tasks have no FLOP count)."""
+    return sum(
+        math.prod(
+            int(iv.extent.value) if isinstance(iv.extent, Const) else 1 for iv in r.block.iter_vars
+        )
+        for r in all_blocks(program)
+    )
 
 
 @dataclass(frozen=True)
@@ -143,9 +162,12 @@ def pick_task(
     turn: int,
     rng: random.Random,
     groups: Sequence[int | None] | None = None,
+    priorities: Sequence[float] | None = None,
 ) -> int | None:
     """Which of the `live` tasks gets the next batch, from their best-so-far histories alone
-    (`groups`: per task, which alternatives it is one of).
+    (`groups`: per task, which alternatives it is one of). Untried tasks go first, the
+    highest of `priorities` first (else in order): when the budget ends before every task
+    is tried, those left without a schedule are the smallest.
 
     A pure decision (the rng aside), so it can be replayed over recorded tuning
     curves (`benchmarks/scheduler_replay.py`) as well as drive `TaskScheduler`.
@@ -153,6 +175,8 @@ def pick_task(
     if not live:
         return None
     untried = [i for i in live if not histories[i]]
+    if priorities is not None:
+        untried.sort(key=lambda i: (-priorities[i], i))
     if config.policy == "round_robin" or untried:
         return untried[0] if untried else live[turn % len(live)]
     if rng.random() < config.epsilon:
@@ -191,7 +215,8 @@ class TaskScheduler:
         live = [i for i, t in enumerate(self.tasks) if not t.exhausted]
         histories = [t.run.history for t in self.tasks]
         weights, groups = [t.weight for t in self.tasks], [t.group for t in self.tasks]
-        return pick_task(histories, weights, live, self.config, turn, self.rng, groups)
+        priorities = [t.priority for t in self.tasks]
+        return pick_task(histories, weights, live, self.config, turn, self.rng, groups, priorities)
 
     def run(
         self,

@@ -97,6 +97,24 @@ def test_an_alternative_well_behind_that_stopped_improving_gets_no_gradient() ->
     assert pick_task(histories, weights, [1, 2], config, 0, rng, [0, 0, 1]) == 2  # grouped
 
 
+def test_untried_tasks_go_heaviest_first() -> None:
+    """A budget that ends before every task is tried leaves the smallest untried: the
+    heaviest by weight × iterations first, in order among equals, the tried ones after."""
+    from tuner.search.task_scheduler import iterations
+
+    config = SchedulerConfig(epsilon=0.0)
+    rng = __import__("random").Random(0)
+    histories = [[], [], [3.0], []]
+    live = [0, 1, 2, 3]
+    assert pick_task(histories, [1.0] * 4, live, config, 0, rng) == 0  # no priorities: in order
+    assert pick_task(histories, [1.0] * 4, live, config, 0, rng, None, [1, 5, 9, 5]) == 1
+    assert pick_task(histories, [1.0] * 4, [0, 3], config, 0, rng, None, [1, 5, 9, 5]) == 3
+    small = library_task("matmul", {"m": 8, "n": 8, "k": 8})
+    large = library_task("matmul", {"m": 64, "n": 8, "k": 8})
+    assert iterations(small.program) < iterations(large.program)
+    assert iterations(large.program) >= 64 * 8 * 8
+
+
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="policy"):
         SchedulerConfig(policy="lottery")
