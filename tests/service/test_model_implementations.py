@@ -16,30 +16,21 @@ from codegen.model import CompiledModel
 from frontend.onnx import load_onnx
 from ir.graph import run_graph
 from ir.graph.plan import build_plan
+from ir.task import Task
 from service.model import sample_inputs, stored_schedules
 from service.model_implementations import settle_implementations
 from tests.models import res_block
-from tuner.database import InMemoryDatabase, TuningRecord
+from tuner.database import InMemoryDatabase
+from tuner.runner import MeasureResult
+from tuner.search.loop import make_record
 from tuner.space import default_space
 
 ONE = host_target(1)
 
 
-def _store(db: InMemoryDatabase, task, ms: float) -> TuningRecord:
+def _store(db: InMemoryDatabase, task: Task, ms: float) -> None:
     trace = default_space(task.program, ONE).sample(random.Random(0))
-    record = TuningRecord.create(
-        workload_key=task.key,
-        op=task.op,
-        params=task.params,
-        definition=task.to_definition(),
-        target=ONE.canonical(),
-        trace=trace.to_json(),
-        trace_hash=trace.hash,
-        run_times_ms=[ms, ms],
-        status="ok",
-    )
-    assert db.commit_record(record)
-    return record
+    assert db.commit_record(make_record(task, ONE.canonical(), trace, MeasureResult("ok", (ms,))))
 
 
 def test_the_model_runs_the_implementation_faster_inside_it(tmp_path: Path) -> None:
